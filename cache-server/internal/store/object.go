@@ -1,0 +1,125 @@
+// Package store keeps the encoded objects of one cached resource, split into
+// hash shards, with copy-on-write snapshots per resourceVersion so that
+// paginated LISTs can be served from the exact state a continue token names.
+//
+// Objects are kept as the bytes received from the apiserver plus the few
+// attributes selectors need (labels, field-selector values); nothing is
+// decoded on the read path.
+package store
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/google/btree"
+)
+
+// Object is one stored object. It is immutable once handed to the store:
+// snapshots share *Object pointers, so mutating one would rewrite history.
+type Object struct {
+	// Key is keyhash.Key(Namespace, Name); the store orders and shards by it.
+	Key       string
+	Namespace string
+	Name      string
+	// RV is the object's metadata.resourceVersion.
+	RV     uint64
+	Labels map[string]string
+	// Fields holds the field-selector values of the object (see package fields).
+	Fields map[string]string
+	// Raw is the JSON encoding as received from the apiserver.
+	Raw []byte
+}
+
+// EventType is the kind of change an Event carries.
+type EventType int
+
+const (
+	Added EventType = iota + 1
+	Modified
+	Deleted
+)
+
+func (t EventType) String() string {
+	switch t {
+	case Added:
+		return "ADDED"
+	case Modified:
+		return "MODIFIED"
+	case Deleted:
+		return "DELETED"
+	}
+	return fmt.Sprintf("EventType(%d)", int(t))
+}
+
+// Event is one change from the upstream stream. RV is the resourceVersion the
+// change happened at; for Deleted, Object is the last state of the object
+// (only its Key is needed to apply it).
+type Event struct {
+	Type   EventType
+	Object *Object
+	RV     uint64
+}
+
+// btreeDegree trades node size against depth; 32 is what the apiserver's
+// watch cache uses and keeps a 1M-object tree four levels deep.
+const btreeDegree = 32
+
+func lessByKey(a, b *Object) bool { return a.Key < b.Key }
+
+func newTree() *btree.BTreeG[*Object] { return btree.NewG(btreeDegree, lessByKey) }
+
+// Snapshot is an immutable view of a shard at one resourceVersion. It is a
+// cheap value (a B-tree clone shares nodes with the live tree) and is safe to
+// read from any goroutine while the shard keeps applying events.
+type Snapshot struct {
+	tree *btree.BTreeG[*Object]
+	rv   uint64
+}
+
+// RV is the resourceVersion this snapshot represents.
+func (s Snapshot) RV() uint64 { return s.rv }
+
+// Len is the number of objects in the snapshot.
+func (s Snapshot) Len() int {
+	if s.tree == nil {
+		return 0
+	}
+	return s.tree.Len()
+}
+
+// Get returns the object stored under key.
+func (s Snapshot) Get(key string) (*Object, bool) {
+	if s.tree == nil {
+		return nil, false
+	}
+	return s.tree.Get(&Object{Key: key})
+}
+
+// Range calls fn, in key order, for every object whose key has the given
+// prefix and sorts strictly after startKeyExclusive ("" = from the start of
+// the prefix), until fn returns false.
+func (s Snapshot) Range(prefix, startKeyExclusive string, fn func(*Object) bool) {
+	if s.tree == nil {
+		return
+	}
+	s.tree.AscendGreaterOrEqual(&Object{Key: rangeStart(prefix, startKeyExclusive)}, func(o *Object) bool {
+		if !strings.HasPrefix(o.Key, prefix) {
+			return false
+		}
+		return fn(o)
+	})
+}
+
+// rangeStart is the smallest key a range scan may return. Appending "\x00"
+// gives the smallest string greater than the key, the same trick the
+// apiserver uses for continue keys, so the scan starts strictly after it.
+func rangeStart(prefix, startKeyExclusive string) string {
+	if startKeyExclusive == "" {
+		return prefix
+	}
+	after := startKeyExclusive + "\x00"
+	if after < prefix {
+		return prefix
+	}
+	return after
+}

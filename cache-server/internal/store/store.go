@@ -1,0 +1,406 @@
+package store
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/cachetier/cachetier/cache-server/internal/keyhash"
+)
+
+// Options configures a Store.
+type Options struct {
+	// Shards is the number of hash shards (keyhash.Shard). Must be positive.
+	Shards        int
+	HistoryWindow time.Duration
+	MaxHistory    int
+	Clock         clock.PassiveClock
+}
+
+// Store is one cached resource: N hash shards fed from one upstream stream.
+type Store struct {
+	// mu makes a write (an event and the progress it implies for every other
+	// shard) atomic with respect to List/Get at the latest RV, so an
+	// in-process reader always sees all shards at the same RV without
+	// needing history for it.
+	mu     sync.RWMutex
+	shards []*Shard
+}
+
+// New returns an empty store.
+func New(opts Options) (*Store, error) {
+	if opts.Shards <= 0 {
+		return nil, fmt.Errorf("store: shard count must be positive, got %d", opts.Shards)
+	}
+	s := &Store{shards: make([]*Shard, opts.Shards)}
+	for i := range s.shards {
+		s.shards[i] = NewShard(ShardOptions{HistoryWindow: opts.HistoryWindow, MaxHistory: opts.MaxHistory, Clock: opts.Clock})
+	}
+	return s, nil
+}
+
+// Shards exposes the shards for reading (snapshots, progress, stats). Write
+// through the Store: writing to a shard directly bypasses the cross-shard
+// progress that keeps all shards at the same RV.
+func (s *Store) Shards() []*Shard { return s.shards }
+
+// ShardFor returns the index of the shard owning key.
+func (s *Store) ShardFor(key string) int { return keyhash.Shard(key, len(s.shards)) }
+
+// Apply routes ev to the shard owning its key and marks every other shard as
+// having seen ev.RV (each shard sees every upstream RV).
+func (s *Store) Apply(ev Event) error {
+	if ev.Object == nil {
+		return fmt.Errorf("store: %s event at RV %d has no object", ev.Type, ev.RV)
+	}
+	owner := s.ShardFor(ev.Object.Key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.shards[owner].Apply(ev); err != nil {
+		return err
+	}
+	for i, sh := range s.shards {
+		if i != owner {
+			sh.MarkProgress(ev.RV)
+		}
+	}
+	return nil
+}
+
+// MarkProgress records upstream progress (a bookmark) on every shard.
+func (s *Store) MarkProgress(rv uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sh := range s.shards {
+		sh.MarkProgress(rv)
+	}
+}
+
+// Replace relists the whole resource at rv (see Shard.Replace) and returns
+// the difference as events in key order.
+func (s *Store) Replace(objects []*Object, rv uint64) ([]Event, error) {
+	// Reject a broken input before touching any shard, so a failed
+	// Replace never leaves some shards relisted and others not.
+	seen := make(map[string]struct{}, len(objects))
+	parts := make([][]*Object, len(s.shards))
+	for _, o := range objects {
+		if _, dup := seen[o.Key]; dup {
+			return nil, fmt.Errorf("store: Replace got key %q twice", o.Key)
+		}
+		seen[o.Key] = struct{}{}
+		i := s.ShardFor(o.Key)
+		parts[i] = append(parts[i], o)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sh := range s.shards {
+		if a := sh.AppliedRV(); rv < a {
+			return nil, fmt.Errorf("%w: replace at RV %d, applied %d", ErrStaleEvent, rv, a)
+		}
+	}
+	var events []Event
+	for i, sh := range s.shards {
+		evs, err := sh.Replace(parts[i], rv)
+		if err != nil {
+			// Unreachable: keys and RVs were checked above under the lock.
+			return nil, err
+		}
+		events = append(events, evs...)
+	}
+	sort.SliceStable(events, func(i, j int) bool { return events[i].Object.Key < events[j].Object.Key })
+	return events, nil
+}
+
+// AppliedRV is the resourceVersion every shard has reached.
+func (s *Store) AppliedRV() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.minAppliedLocked()
+}
+
+func (s *Store) minAppliedLocked() uint64 {
+	m := s.shards[0].AppliedRV()
+	for _, sh := range s.shards[1:] {
+		m = min(m, sh.AppliedRV())
+	}
+	return m
+}
+
+// WaitForRV blocks until every shard has applied rv (or ctx ends, returning
+// *TooLargeResourceVersionError).
+func (s *Store) WaitForRV(ctx context.Context, rv uint64) error {
+	for _, sh := range s.shards {
+		if err := sh.WaitForRV(ctx, rv); err != nil {
+			var tl *TooLargeResourceVersionError
+			if errors.As(err, &tl) {
+				tl.Current = s.AppliedRV()
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// snapshots returns one snapshot per shard, all at the same RV: rv, or the
+// store's applied RV when rv is 0.
+func (s *Store) snapshots(rv uint64) ([]Snapshot, uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if rv == 0 {
+		rv = s.minAppliedLocked()
+	}
+	snaps := make([]Snapshot, len(s.shards))
+	for i, sh := range s.shards {
+		snap, err := sh.Snapshot(rv)
+		if err != nil {
+			var tl *TooLargeResourceVersionError
+			if errors.As(err, &tl) {
+				tl.Current = s.minAppliedLocked()
+			}
+			return nil, 0, err
+		}
+		snaps[i] = snap
+	}
+	return snaps, rv, nil
+}
+
+// Get returns the object stored under key at snapshotRV (0 = latest).
+func (s *Store) Get(key string, snapshotRV uint64) (*Object, uint64, error) {
+	s.mu.RLock()
+	sh := s.shards[s.ShardFor(key)]
+	var snap Snapshot
+	var err error
+	if snapshotRV == 0 {
+		snap = sh.Latest()
+	} else {
+		snap, err = sh.Snapshot(snapshotRV)
+	}
+	s.mu.RUnlock()
+	if err != nil {
+		return nil, 0, err
+	}
+	o, _ := snap.Get(key)
+	return o, snap.RV(), nil
+}
+
+// ListRequest selects a page of a LIST.
+type ListRequest struct {
+	// SnapshotRV is the state to read; 0 = the latest applied state.
+	SnapshotRV uint64
+	// Namespace restricts to one namespace; "" = all (or cluster-scoped).
+	Namespace string
+	// StartKeyExclusive resumes after this key (from a continue token).
+	StartKeyExclusive string
+	// Limit is the maximum number of items returned; <= 0 = no limit.
+	Limit int64
+	// Match is the label/field selector; nil matches everything. Whether it
+	// is nil also decides RemainingItemCount, as in the apiserver: an exact
+	// count is only given for an unfiltered list.
+	Match func(*Object) bool
+}
+
+// ListResult is one page.
+type ListResult struct {
+	// Items are in key order; never nil.
+	Items []*Object
+	// RV is the snapshot's resourceVersion (ListMeta.resourceVersion and the
+	// RV to put in the continue token).
+	RV uint64
+	// ContinueKey is the key of the last returned item when more items may
+	// remain, "" otherwise. As in the apiserver's cacher, with a selector it
+	// is set whenever unscanned items remain, even if none of them match.
+	ContinueKey string
+	// RemainingItemCount is the number of items after this page, set only
+	// when there is a next page and Match is nil.
+	RemainingItemCount *int64
+}
+
+// List reads a page from per-shard snapshots at one RV, merging shards by
+// key. It mirrors kube-apiserver's cacher GetList
+// (k8s.io/apiserver/pkg/storage/cacher/cacher.go): with a selector it scans
+// until it has Limit matching items, and there is a next page when any item
+// (matching or not) follows the last scanned one.
+func (s *Store) List(req ListRequest) (ListResult, error) {
+	snaps, rv, err := s.snapshots(req.SnapshotRV)
+	if err != nil {
+		return ListResult{}, err
+	}
+	prefix := keyhash.NamespacePrefix(req.Namespace)
+	m := newMerger(snaps, prefix, req.StartKeyExclusive, req.Limit)
+
+	res := ListResult{Items: []*Object{}, RV: rv}
+	var lastSelected string
+	hasMore := false
+	for {
+		o := m.next()
+		if o == nil {
+			break
+		}
+		if req.Match == nil || req.Match(o) {
+			res.Items = append(res.Items, o)
+			lastSelected = o.Key
+		}
+		if req.Limit > 0 && int64(len(res.Items)) >= req.Limit {
+			hasMore = m.peek() != nil
+			break
+		}
+	}
+	if hasMore {
+		res.ContinueKey = lastSelected
+		if req.Match == nil {
+			n := m.countRest()
+			res.RemainingItemCount = &n
+		}
+	}
+	return res, nil
+}
+
+// Scan calls fn for every matching object of the request's range in key
+// order, merged across shards at one RV, until fn returns false; Limit is
+// ignored. Memory stays bounded by the per-shard batches whatever the size
+// of the result, which is what watch-list streaming of the initial state
+// needs. It returns the snapshot RV.
+func (s *Store) Scan(req ListRequest, fn func(*Object) bool) (uint64, error) {
+	snaps, rv, err := s.snapshots(req.SnapshotRV)
+	if err != nil {
+		return 0, err
+	}
+	m := newMerger(snaps, keyhash.NamespacePrefix(req.Namespace), req.StartKeyExclusive, 0)
+	for o := m.next(); o != nil; o = m.next() {
+		if (req.Match == nil || req.Match(o)) && !fn(o) {
+			break
+		}
+	}
+	return rv, nil
+}
+
+// cursor walks one shard's snapshot in key order, fetching a batch at a time
+// so that the merge needs neither goroutines nor a full copy of the shard.
+type cursor struct {
+	snap   Snapshot
+	prefix string
+	after  string // last key fetched
+	buf    []*Object
+	pos    int
+	batch  int
+	done   bool
+}
+
+func (c *cursor) head() *Object {
+	if c.pos < len(c.buf) {
+		return c.buf[c.pos]
+	}
+	if c.done {
+		return nil
+	}
+	c.buf = c.buf[:0]
+	c.pos = 0
+	c.snap.Range(c.prefix, c.after, func(o *Object) bool {
+		c.buf = append(c.buf, o)
+		return len(c.buf) < c.batch
+	})
+	if len(c.buf) < c.batch {
+		c.done = true
+	}
+	if len(c.buf) == 0 {
+		return nil
+	}
+	c.after = c.buf[len(c.buf)-1].Key
+	// Later batches can be larger: a caller that went past the first
+	// batch is probably filtering and will scan a lot.
+	c.batch = min(c.batch*2, maxBatch)
+	return c.buf[0]
+}
+
+const (
+	minBatch = 16
+	maxBatch = 1024
+)
+
+// merger is a k-way merge of cursors by key (a min-heap of non-empty cursors).
+type merger struct {
+	cursors []*cursor
+}
+
+func newMerger(snaps []Snapshot, prefix, startKeyExclusive string, limit int64) *merger {
+	batch := maxBatch
+	if limit > 0 {
+		// The page needs at most limit items from one shard, and about
+		// limit/len(snaps) on average for an unfiltered list.
+		batch = int(min(max(limit/int64(len(snaps))+1, minBatch), maxBatch))
+	}
+	m := &merger{}
+	for _, sn := range snaps {
+		c := &cursor{snap: sn, prefix: prefix, after: startKeyExclusive, batch: batch}
+		if c.head() != nil {
+			m.cursors = append(m.cursors, c)
+		}
+	}
+	heap.Init(m)
+	return m
+}
+
+func (m *merger) Len() int { return len(m.cursors) }
+
+// Less reads the buffers directly: a cursor in the heap always has a
+// buffered head (next refills before re-inserting it).
+func (m *merger) Less(i, j int) bool {
+	a, b := m.cursors[i], m.cursors[j]
+	return a.buf[a.pos].Key < b.buf[b.pos].Key
+}
+func (m *merger) Swap(i, j int) { m.cursors[i], m.cursors[j] = m.cursors[j], m.cursors[i] }
+func (m *merger) Push(x any)    { m.cursors = append(m.cursors, x.(*cursor)) }
+func (m *merger) Pop() any {
+	c := m.cursors[len(m.cursors)-1]
+	m.cursors = m.cursors[:len(m.cursors)-1]
+	return c
+}
+
+func (m *merger) peek() *Object {
+	if len(m.cursors) == 0 {
+		return nil
+	}
+	return m.cursors[0].head()
+}
+
+func (m *merger) next() *Object {
+	if len(m.cursors) == 0 {
+		return nil
+	}
+	c := m.cursors[0]
+	o := c.head()
+	c.pos++
+	if c.head() == nil {
+		heap.Pop(m)
+	} else {
+		heap.Fix(m, 0)
+	}
+	return o
+}
+
+// countRest counts the items not yet returned, without copying them.
+func (m *merger) countRest() int64 {
+	var n int64
+	for _, c := range m.cursors {
+		n += int64(len(c.buf) - c.pos)
+		if !c.done {
+			c.snap.Range(c.prefix, c.after, func(*Object) bool { n++; return true })
+		}
+	}
+	return n
+}
+
+// Stats returns per-shard numbers for metrics.
+func (s *Store) Stats() []ShardStats {
+	out := make([]ShardStats, len(s.shards))
+	for i, sh := range s.shards {
+		out[i] = sh.Stats()
+	}
+	return out
+}
