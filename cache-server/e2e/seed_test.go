@@ -1,0 +1,159 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/cachetier/cachetier/hack/controlplane"
+)
+
+const (
+	seedNamespaces  = 4
+	configMapsPerNS = 250 // 1,000 in all: the kubectl --chunk-size test pages through them
+	secretsPerNS    = 10
+	podsPerNS       = 8
+	eventsPerNS     = 5
+	widgetsPerNS    = 6
+)
+
+var widgetsGVR = schema.GroupVersionResource{Group: "example.cachetier.io", Version: "v1", Resource: "widgets"}
+
+func nsName(i int) string { return fmt.Sprintf("ns-%d", i) }
+
+// seed creates the data set the tests read: a CRD with selectable fields
+// and instances, and built-in objects with labels and field values that the
+// selector cases exercise.
+func seed(ctx context.Context, kc kubernetes.Interface, cp *controlplane.ControlPlane) error {
+	cfg, err := cp.RESTConfig()
+	if err != nil {
+		return err
+	}
+	if err := createWidgetCRD(ctx, apiextensionsclient.NewForConfigOrDie(cfg)); err != nil {
+		return err
+	}
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	apps := []string{"a", "b", "c"}
+	for i := 0; i < seedNamespaces; i++ {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName(i), Labels: map[string]string{"team": apps[i%3]}}}
+		if _, err := kc.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i := 0; i < seedNamespaces; i++ {
+		ns := nsName(i)
+		for j := 0; j < configMapsPerNS; j++ {
+			g.Go(func() error {
+				labels := map[string]string{"app": apps[j%3]}
+				if j%2 == 0 {
+					labels["tier"] = "x"
+				}
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%03d", j), Namespace: ns, Labels: labels},
+					Data: map[string]string{"index": fmt.Sprint(j)}}
+				_, err := kc.CoreV1().ConfigMaps(ns).Create(gctx, cm, metav1.CreateOptions{})
+				return err
+			})
+		}
+		for j := 0; j < secretsPerNS; j++ {
+			g.Go(func() error {
+				typ := corev1.SecretTypeOpaque
+				if j%3 == 0 {
+					typ = "example.com/custom"
+				}
+				s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("secret-%02d", j), Namespace: ns, Labels: map[string]string{"app": apps[j%3]}},
+					Type: typ, StringData: map[string]string{"k": "v"}}
+				_, err := kc.CoreV1().Secrets(ns).Create(gctx, s, metav1.CreateOptions{})
+				return err
+			})
+		}
+		for j := 0; j < podsPerNS; j++ {
+			g.Go(func() error {
+				p := &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%02d", j), Namespace: ns, Labels: map[string]string{"app": apps[j%3]}},
+					Spec: corev1.PodSpec{
+						NodeName:   fmt.Sprintf("node-%d", j%3),
+						Containers: []corev1.Container{{Name: "c", Image: "registry.example/app:1"}},
+					},
+				}
+				_, err := kc.CoreV1().Pods(ns).Create(gctx, p, metav1.CreateOptions{})
+				return err
+			})
+		}
+		for j := 0; j < eventsPerNS; j++ {
+			g.Go(func() error {
+				ev := &corev1.Event{
+					ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("event-%02d", j), Namespace: ns},
+					InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: fmt.Sprintf("pod-%02d", j), APIVersion: "v1"},
+					Reason:         []string{"Scheduled", "Pulled"}[j%2],
+					Type:           []string{"Normal", "Warning"}[j%2],
+					Message:        "seeded",
+				}
+				_, err := kc.CoreV1().Events(ns).Create(gctx, ev, metav1.CreateOptions{})
+				return err
+			})
+		}
+		for j := 0; j < widgetsPerNS; j++ {
+			g.Go(func() error {
+				w := &unstructured.Unstructured{Object: map[string]any{
+					"apiVersion": "example.cachetier.io/v1", "kind": "Widget",
+					"metadata": map[string]any{"name": fmt.Sprintf("widget-%02d", j), "namespace": ns, "labels": map[string]any{"app": apps[j%3]}},
+					"spec":     map[string]any{"color": []string{"red", "blue"}[j%2], "size": int64(j)},
+				}}
+				_, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(gctx, w, metav1.CreateOptions{})
+				return err
+			})
+		}
+	}
+	return g.Wait()
+}
+
+func createWidgetCRD(ctx context.Context, c apiextensionsclient.Interface) error {
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.cachetier.io"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "example.cachetier.io",
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList", ShortNames: []string{"wg"}},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+							"color": {Type: "string"}, "size": {Type: "integer"},
+						}},
+					},
+				}},
+				SelectableFields: []apiextensionsv1.SelectableField{{JSONPath: ".spec.color"}},
+			}},
+		},
+	}
+	if _, err := c.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := c.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, cond := range got.Status.Conditions {
+			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}

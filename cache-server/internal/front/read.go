@@ -1,0 +1,156 @@
+package front
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/cachetier/cachetier/cache-server/internal/continuetoken"
+	"github.com/cachetier/cachetier/cache-server/internal/keyhash"
+	"github.com/cachetier/cachetier/cache-server/internal/listparams"
+	"github.com/cachetier/cachetier/cache-server/internal/store"
+)
+
+func (s *Server) serveGet(w http.ResponseWriter, r *http.Request, res *resource, info *request.RequestInfo) int {
+	enc, err := negotiate(r.Header.Get("Accept"), false)
+	if err != nil {
+		return writeError(w, err)
+	}
+	p, err := listparams.Parse(r.URL.Query(), listparams.Get, listparams.Options{Namespace: info.Namespace, Name: info.Name})
+	if err != nil {
+		return writeError(w, err)
+	}
+	if _, err := s.ready(r.Context(), res, p.Read); err != nil {
+		return writeError(w, err)
+	}
+	ns := info.Namespace
+	if !res.APIResource.Namespaced {
+		ns = ""
+	}
+	o, _, err := res.Ingester.Store().Get(keyhash.Key(ns, info.Name), 0)
+	if err != nil {
+		return writeError(w, err)
+	}
+	if o == nil {
+		return writeError(w, apierrors.NewNotFound(res.GVR.GroupResource(), info.Name))
+	}
+	return writeObject(w, res, enc, o)
+}
+
+func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource, info *request.RequestInfo) int {
+	enc, err := negotiate(r.Header.Get("Accept"), true)
+	if err != nil {
+		return writeError(w, err)
+	}
+	ns := info.Namespace
+	if !res.APIResource.Namespaced {
+		ns = ""
+	}
+	p, err := listparams.Parse(r.URL.Query(), listparams.List, listparams.Options{
+		Namespace: ns, ConvertFieldLabel: res.Entry.Fields.ConvertFieldLabel,
+	})
+	if err != nil {
+		return writeError(w, err)
+	}
+	snapshotRV, err := s.ready(r.Context(), res, p.Read)
+	if err != nil {
+		return writeError(w, err)
+	}
+	limit := p.Limit
+	if p.ResourceVersion == "0" && res.Ingester.UpstreamUncached() && p.ListOptions.Limit > 0 {
+		// The watch cache ignores limit on resourceVersion=0; a resource
+		// the apiserver serves from etcd (no watch cache) honours it.
+		limit = p.ListOptions.Limit
+	}
+	result, err := res.Ingester.Store().List(store.ListRequest{
+		SnapshotRV:        snapshotRV,
+		Namespace:         ns,
+		StartKeyExclusive: p.ContinueKey,
+		Limit:             limit,
+		Match:             matcher(p.LabelSelector, p.FieldSelector),
+	})
+	var expired *store.ExpiredError
+	if errors.As(err, &expired) && p.ContinueKey != "" {
+		// The token's snapshot left the history window: the apiserver's
+		// 410 with a token that continues inconsistently at the latest RV.
+		return writeError(w, continuetoken.Expired(p.ContinueKey))
+	}
+	if err != nil {
+		return writeError(w, err)
+	}
+	meta := metav1.ListMeta{ResourceVersion: formatRV(result.RV), RemainingItemCount: result.RemainingItemCount}
+	if result.ContinueKey != "" {
+		meta.Continue = continuetoken.Encode(result.RV, result.ContinueKey)
+	}
+	return writeList(w, res, enc, meta, result.Items)
+}
+
+// ready waits until the cache can answer a read of the given freshness and
+// returns the snapshot RV to read (0 = latest).
+//
+// Consistent reads never serve data older than the apiserver's state when
+// the request arrived: the RV comes from a fetch that started after it, and
+// the cache must have applied the stream up to it. A wait that times out is
+// the apiserver's 504 "Too large resource version" — never a fallback to the
+// apiserver, which under load is the cascading failure KEP-2340 warns of.
+func (s *Server) ready(ctx context.Context, res *resource, read listparams.Read) (uint64, error) {
+	ing := res.Ingester
+	ctx, cancel := s.freshnessContext(ctx)
+	defer cancel()
+	select {
+	case <-ing.Synced():
+	case <-ctx.Done():
+		// The apiserver's cacher answers this while it (re)initializes.
+		return 0, apierrors.NewTooManyRequests("storage is (re)initializing", 1)
+	}
+	start := time.Now()
+	var target uint64
+	switch read.Mode {
+	case listparams.ReadAny:
+		return 0, nil
+	case listparams.ReadConsistent:
+		rv, err := ing.CurrentRV(ctx)
+		if err != nil {
+			s.observeWait(res, start, "rv_fetch_failed")
+			if ctx.Err() != nil {
+				return 0, &store.TooLargeResourceVersionError{RV: 0, Current: ing.AppliedRV(), Err: err}
+			}
+			return 0, apierrors.NewServiceUnavailable("cannot read the apiserver's current resourceVersion: " + err.Error())
+		}
+		target = rv
+	case listparams.ReadNotOlderThan, listparams.ReadExact:
+		target = read.RV
+	}
+	if err := ing.WaitFresh(ctx, target); err != nil {
+		s.observeWait(res, start, "timeout")
+		s.opts.Log.Info("freshness wait timed out", "resource", res.label, "targetRV", target, "appliedRV", ing.AppliedRV(), "mode", read.Mode.String())
+		return 0, &store.TooLargeResourceVersionError{RV: target, Current: ing.AppliedRV(), Err: err}
+	}
+	s.observeWait(res, start, "ok")
+	if read.Mode == listparams.ReadExact {
+		return read.RV, nil
+	}
+	return 0, nil
+}
+
+func (s *Server) observeWait(res *resource, start time.Time, outcome string) {
+	s.opts.Metrics.FreshnessWait.WithLabelValues(res.label, outcome).Observe(time.Since(start).Seconds())
+}
+
+// matcher returns nil for selectors that match everything: the store then
+// reports remainingItemCount, as the apiserver does only for unfiltered lists.
+func matcher(ls labels.Selector, fs fields.Selector) func(*store.Object) bool {
+	if ls.Empty() && fs.Empty() {
+		return nil
+	}
+	return func(o *store.Object) bool {
+		return ls.Matches(labels.Set(o.Labels)) && fs.Matches(fields.Set(o.Fields))
+	}
+}

@@ -1,0 +1,164 @@
+// Package front is the tier's read API: discovery, GET and LIST of cached
+// resources with the apiserver's parameter semantics (resourceVersion,
+// resourceVersionMatch, limit/continue, selectors), consistent reads by
+// freshness waits, and 405 for writes. It sees each resource through its
+// ingester and store, so the same logic serves shards in this process
+// (standalone) or, later, behind a remote shard client.
+package front
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/cachetier/cachetier/cache-server/internal/catalog"
+	"github.com/cachetier/cachetier/cache-server/internal/metrics"
+	"github.com/cachetier/cachetier/cache-server/internal/upstream"
+)
+
+// Resource is one cached resource as the front serves it.
+type Resource struct {
+	Entry    catalog.Entry
+	Ingester *upstream.Ingester
+}
+
+// Options configure a Server.
+type Options struct {
+	Resources []Resource
+	// FreshnessTimeout bounds a consistent read's wait for the cache
+	// (504 after it, as the apiserver's watch cache does after 3s).
+	FreshnessTimeout time.Duration
+	// PathPrefix is the aggregated API path the front is also reachable
+	// under (/apis/<profile>.cache.cachetier.io/v1alpha1); requests below it
+	// are served as if the prefix were absent, so a kubeconfig whose server
+	// URL ends in it works unchanged.
+	PathPrefix string
+	// Version is what /version reports: the upstream apiserver's.
+	Version *version.Info
+	Metrics *metrics.Metrics
+	Log     logr.Logger
+}
+
+// Server is the read API handler.
+type Server struct {
+	opts      Options
+	resources map[schema.GroupVersionResource]*resource
+	discovery *discovery
+	infos     *request.RequestInfoFactory
+}
+
+type resource struct {
+	Resource
+	GVR         schema.GroupVersionResource
+	APIResource metav1.APIResource
+	label       string // metrics label
+}
+
+// New builds the handler.
+func New(opts Options) *Server {
+	s := &Server{
+		opts:      opts,
+		resources: map[schema.GroupVersionResource]*resource{},
+		infos:     &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")},
+	}
+	var list []*resource
+	for _, r := range opts.Resources {
+		res := &resource{Resource: r, GVR: r.Entry.Resource.GVR, APIResource: r.Entry.APIResource, label: r.Entry.Resource.String()}
+		s.resources[res.GVR] = res
+		list = append(list, res)
+	}
+	s.discovery = newDiscovery(list)
+	return s
+}
+
+// ServeHTTP routes a request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	path := r.URL.Path
+	if p := s.opts.PathPrefix; p != "" && strings.HasPrefix(path, p) && (len(path) == len(p) || path[len(p)] == '/') {
+		path = path[len(p):]
+		if path == "" || path == "/" {
+			// The aggregator's own discovery of our group/version: the
+			// profile's API group has no resources of its own, everything is
+			// served below it under the ordinary Kubernetes paths.
+			writeJSON(w, http.StatusOK, metav1.APIResourceList{
+				TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
+				GroupVersion: strings.TrimPrefix(strings.Trim(p, "/"), "apis/"), APIResources: []metav1.APIResource{},
+			})
+			return
+		}
+	}
+	switch path {
+	case "/version":
+		if s.opts.Version != nil {
+			writeJSON(w, http.StatusOK, s.opts.Version)
+			return
+		}
+	case "/healthz", "/livez":
+		_, _ = w.Write([]byte("ok"))
+		return
+	case "/readyz":
+		s.serveReady(w)
+		return
+	}
+	if r.Method == http.MethodGet {
+		if _, ok := s.discovery.serve(w, path); ok {
+			return
+		}
+	}
+	req := r.Clone(r.Context())
+	req.URL.Path = path
+	info, err := s.infos.NewRequestInfo(req)
+	if err != nil || !info.IsResourceRequest {
+		writeError(w, notFound())
+		return
+	}
+	res, ok := s.resources[schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource}]
+	if !ok || info.Subresource != "" || (!res.APIResource.Namespaced && info.Namespace != "" && info.Resource != "namespaces") {
+		writeError(w, notFound())
+		return
+	}
+	var code int
+	switch info.Verb {
+	case "get":
+		code = s.serveGet(w, req, res, info)
+	case "list":
+		code = s.serveList(w, req, res, info)
+	case "watch":
+		code = writeError(w, readOnlyWatchPending(res.label))
+	default:
+		code = writeError(w, readOnly(info.Verb, res.label))
+	}
+	s.opts.Metrics.Requests.WithLabelValues(info.Verb, res.label, strconv.Itoa(code)).Inc()
+	s.opts.Metrics.RequestDuration.WithLabelValues(info.Verb, res.label).Observe(time.Since(start).Seconds())
+}
+
+func (s *Server) serveReady(w http.ResponseWriter) {
+	for _, r := range s.resources {
+		select {
+		case <-r.Ingester.Synced():
+		default:
+			http.Error(w, "cache for "+r.label+" is not synced yet", http.StatusServiceUnavailable)
+			return
+		}
+	}
+	_, _ = w.Write([]byte("ok"))
+}
+
+// freshnessContext bounds a freshness wait.
+func (s *Server) freshnessContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	t := s.opts.FreshnessTimeout
+	if t <= 0 {
+		t = 3 * time.Second
+	}
+	return context.WithTimeout(ctx, t)
+}

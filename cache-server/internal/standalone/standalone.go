@@ -1,0 +1,222 @@
+// Package standalone runs the tier in one process: every hash shard of every
+// cached resource plus the front, fed from one upstream stream per resource.
+// It is the embedded default for a laptop, a small cluster, the tests and
+// `make run`.
+package standalone
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/cache-server/internal/auth"
+	"github.com/cachetier/cachetier/cache-server/internal/catalog"
+	"github.com/cachetier/cachetier/cache-server/internal/front"
+	"github.com/cachetier/cachetier/cache-server/internal/metrics"
+	"github.com/cachetier/cachetier/cache-server/internal/store"
+	"github.com/cachetier/cachetier/cache-server/internal/upstream"
+)
+
+// MinHistoryWindow is the apiserver's own watch-cache history: a shorter
+// window would expire continue tokens and watch resumptions that the
+// apiserver would still honour.
+const MinHistoryWindow = 75 * time.Second
+
+// Config is everything a standalone tier needs.
+type Config struct {
+	// ProfileName names the CacheProfile; it determines the aggregated API
+	// group <name>.cache.cachetier.io.
+	ProfileName string
+	Spec        v1alpha1.CacheProfileSpec
+	// Upstream is the apiserver the tier caches.
+	Upstream *rest.Config
+	// Listener serves HTTPS; Certificate is its serving certificate.
+	Listener    net.Listener
+	Certificate tls.Certificate
+	Log         logr.Logger
+	// Registry receives the tier's metrics (a new one when nil).
+	Registry *prometheus.Registry
+}
+
+// LoadProfile reads a CacheProfile manifest and applies the defaults the
+// CRD schema would apply at admission.
+func LoadProfile(path string) (*v1alpha1.CacheProfile, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var p v1alpha1.CacheProfile
+	if err := yaml.UnmarshalStrict(data, &p); err != nil {
+		return nil, fmt.Errorf("profile %s: %w", path, err)
+	}
+	if p.Name == "" {
+		return nil, fmt.Errorf("profile %s: metadata.name is required", path)
+	}
+	return &p, nil
+}
+
+// Settings are the effective tier settings of a spec, defaults applied.
+type Settings struct {
+	HashShards       int
+	FreshnessTimeout time.Duration
+	HistoryWindow    time.Duration
+}
+
+// EffectiveSettings applies defaults and checks bounds.
+func EffectiveSettings(spec v1alpha1.CacheProfileSpec) (Settings, error) {
+	s := Settings{HashShards: int(spec.HashShards), FreshnessTimeout: 3 * time.Second, HistoryWindow: 150 * time.Second}
+	if s.HashShards == 0 {
+		s.HashShards = v1alpha1.DefaultHashShards
+	}
+	if spec.FreshnessTimeout != nil {
+		s.FreshnessTimeout = spec.FreshnessTimeout.Duration
+	}
+	if spec.HistoryWindow != nil {
+		s.HistoryWindow = spec.HistoryWindow.Duration
+	}
+	switch {
+	case s.HashShards < 1:
+		return s, fmt.Errorf("hashShards must be at least 1, got %d", s.HashShards)
+	case s.FreshnessTimeout <= 0:
+		return s, fmt.Errorf("freshnessTimeout must be positive, got %s", s.FreshnessTimeout)
+	case s.HistoryWindow < MinHistoryWindow:
+		return s, fmt.Errorf("historyWindow must be at least %s (the apiserver's), got %s", MinHistoryWindow, s.HistoryWindow)
+	}
+	return s, nil
+}
+
+// PathPrefix is the aggregated API path of a profile.
+func PathPrefix(profile string) string {
+	return "/apis/" + profile + ".cache.cachetier.io/v1alpha1"
+}
+
+// Run starts ingestion and serves until ctx ends.
+func Run(ctx context.Context, cfg Config) error {
+	settings, err := EffectiveSettings(cfg.Spec)
+	if err != nil {
+		return err
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	m := metrics.New(reg)
+	upstreamCfg := rest.CopyConfig(cfg.Upstream)
+	upstreamCfg.Timeout = 0 // watches are long-lived; each request bounds itself
+	kc, err := kubernetes.NewForConfig(upstreamCfg)
+	if err != nil {
+		return err
+	}
+	ver, err := kc.Discovery().ServerVersion()
+	if err != nil {
+		return fmt.Errorf("reach the apiserver: %w", err)
+	}
+	entries, err := catalog.Resolve(ctx, upstreamCfg, cfg.Spec)
+	if err != nil {
+		return err
+	}
+	httpClient, err := rest.HTTPClientFor(upstreamCfg)
+	if err != nil {
+		return err
+	}
+	host := upstreamCfg.Host
+	var resources []front.Resource
+	for _, e := range entries {
+		st, err := store.New(store.Options{Shards: settings.HashShards, HistoryWindow: settings.HistoryWindow})
+		if err != nil {
+			return err
+		}
+		fieldsOf := fieldsFunc(e)
+		ing := upstream.New(upstream.Options{
+			Resource: e.Resource, Host: host, Client: httpClient, Store: st,
+			Fields: fieldsOf, Metrics: m, Log: cfg.Log,
+		})
+		go ing.Run(ctx)
+		resources = append(resources, front.Resource{Entry: e, Ingester: ing})
+		cfg.Log.Info("caching resource", "resource", e.Resource.String(), "kind", e.Resource.Kind,
+			"namespaced", e.Resource.Namespaced, "custom", e.Custom, "hashShards", settings.HashShards)
+	}
+	go reportShardStats(ctx, resources, m)
+
+	prefix := PathPrefix(cfg.ProfileName)
+	api := front.New(front.Options{
+		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, PathPrefix: prefix,
+		Version: ver, Metrics: m, Log: cfg.Log,
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", api)
+	handler, clientAuth, err := auth.Wrap(ctx, auth.Options{
+		Client: kc, PathPrefix: prefix, AlwaysAllowPaths: []string{"/healthz", "/livez", "/readyz"},
+	}, mux)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cfg.Certificate}, ClientAuth: clientAuth, MinVersion: tls.VersionTLS12},
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServeTLS(cfg.Listener, "", "") }()
+	cfg.Log.Info("serving", "address", cfg.Listener.Addr().String(), "pathPrefix", prefix, "resources", len(resources))
+	select {
+	case <-ctx.Done():
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+		return nil
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	}
+}
+
+func fieldsFunc(e catalog.Entry) upstream.FieldsFunc {
+	return func(obj map[string]any) map[string]string {
+		set, err := e.Fields.Set(obj)
+		if err != nil {
+			return nil
+		}
+		return set
+	}
+}
+
+// reportShardStats publishes per-shard object counts, bytes and RVs.
+func reportShardStats(ctx context.Context, resources []front.Resource, m *metrics.Metrics) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		for _, r := range resources {
+			label := r.Entry.Resource.String()
+			for i, s := range r.Ingester.Store().Stats() {
+				shard := fmt.Sprint(i)
+				m.ShardObjects.WithLabelValues(label, shard).Set(float64(s.Objects))
+				m.ShardBytes.WithLabelValues(label, shard).Set(float64(s.Bytes))
+				m.ShardAppliedRV.WithLabelValues(label, shard).Set(float64(s.AppliedRV))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

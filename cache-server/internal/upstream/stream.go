@@ -1,0 +1,160 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// InitialEventsEndAnnotation marks the bookmark that ends a watch-list's
+// initial events (KEP-3157).
+const InitialEventsEndAnnotation = "k8s.io/initial-events-end"
+
+// Resource is one upstream resource the tier ingests.
+type Resource struct {
+	GVR        schema.GroupVersionResource
+	Kind       string
+	Namespaced bool
+	// LabelSelector filters ingestion upstream (the profile's selector).
+	LabelSelector string
+}
+
+// Path is the collection path of the resource on the apiserver.
+func (r Resource) Path() string {
+	if r.GVR.Group == "" {
+		return "/api/" + r.GVR.Version + "/" + r.GVR.Resource
+	}
+	return "/apis/" + r.GVR.Group + "/" + r.GVR.Version + "/" + r.GVR.Resource
+}
+
+// String is group/version/resource, used in logs and metric labels.
+func (r Resource) String() string {
+	if r.GVR.Group == "" {
+		return r.GVR.Resource
+	}
+	return r.GVR.Resource + "." + r.GVR.Group
+}
+
+// rawEvent is one frame of a JSON watch stream. The object stays raw: the
+// tier stores bytes, it does not decode them into Go types.
+type rawEvent struct {
+	Type   string          `json:"type"`
+	Object json.RawMessage `json:"object"`
+}
+
+// eventStream reads a JSON watch response frame by frame.
+type eventStream struct {
+	body io.ReadCloser
+	dec  *json.Decoder
+}
+
+func (s *eventStream) next() (rawEvent, error) {
+	var ev rawEvent
+	err := s.dec.Decode(&ev)
+	return ev, err
+}
+
+func (s *eventStream) Close() error { return s.body.Close() }
+
+// openWatch starts a watch request with the given query (watch=1 is added)
+// and returns the event stream, or the apiserver's error as a StatusError.
+func openWatch(ctx context.Context, c *http.Client, host string, res Resource, q url.Values) (*eventStream, error) {
+	q.Set("watch", "1")
+	if res.LabelSelector != "" {
+		q.Set("labelSelector", res.LabelSelector)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, host+res.Path()+"?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, statusError(resp)
+	}
+	return &eventStream{body: resp.Body, dec: json.NewDecoder(resp.Body)}, nil
+}
+
+// listPage fetches one page of a LIST.
+type listPage struct {
+	Metadata struct {
+		ResourceVersion string `json:"resourceVersion"`
+		Continue        string `json:"continue"`
+	} `json:"metadata"`
+	Items []json.RawMessage `json:"items"`
+}
+
+func getList(ctx context.Context, c *http.Client, host string, res Resource, q url.Values) (*listPage, error) {
+	if res.LabelSelector != "" {
+		q.Set("labelSelector", res.LabelSelector)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, host+res.Path()+"?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, statusError(resp)
+	}
+	var page listPage
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
+		return nil, fmt.Errorf("decode list of %s: %w", res, err)
+	}
+	return &page, nil
+}
+
+// statusError turns a non-200 response into a *StatusError, keeping the
+// apiserver's code and reason so callers can test for 410 Gone and friends.
+func statusError(resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var st metav1.Status
+	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" {
+		return &apierrors.StatusError{ErrStatus: st}
+	}
+	return apierrors.NewGenericServerResponse(resp.StatusCode, resp.Request.Method, schema.GroupResource{}, "", strings.TrimSpace(string(body)), 0, false)
+}
+
+// eventStatus decodes the Status object of an ERROR watch event.
+func eventStatus(raw json.RawMessage) error {
+	var st metav1.Status
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return fmt.Errorf("undecodable ERROR event: %s", raw)
+	}
+	return &apierrors.StatusError{ErrStatus: st}
+}
+
+// bookmarkInfo extracts the RV and the initial-events-end flag of a
+// BOOKMARK event's object.
+func bookmarkInfo(raw json.RawMessage) (rv uint64, initialEnd bool, err error) {
+	var m objectMeta
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return 0, false, fmt.Errorf("decode bookmark: %w", err)
+	}
+	rv, err = ParseRV(m.Metadata.ResourceVersion)
+	return rv, m.Metadata.Annotations[InitialEventsEndAnnotation] == "true", err
+}
+
+// isGone reports a 410: the RV left the apiserver's history, relist.
+func isGone(err error) bool {
+	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+}
+
+var errStreamEnded = errors.New("watch stream ended")

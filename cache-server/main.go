@@ -1,0 +1,84 @@
+// Command cache-server is cachetier's data plane. Roles:
+//
+//	cache-server standalone --profile profile.yaml --kubeconfig kubeconfig
+//
+// runs the front and every hash shard in one process (shard and front roles
+// for a distributed fleet come later).
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cachetier/cachetier/cache-server/internal/servingcert"
+	"github.com/cachetier/cachetier/cache-server/internal/standalone"
+)
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] != "standalone" {
+		fmt.Fprintln(os.Stderr, "usage: cache-server standalone --profile FILE [--kubeconfig FILE] [--listen ADDR] [--tls-cert-file F --tls-private-key-file F]")
+		os.Exit(2)
+	}
+	if err := runStandalone(os.Args[2:]); err != nil {
+		fmt.Fprintln(os.Stderr, "cache-server:", err)
+		os.Exit(1)
+	}
+}
+
+func runStandalone(args []string) error {
+	fs := flag.NewFlagSet("standalone", flag.ExitOnError)
+	profilePath := fs.String("profile", "", "CacheProfile manifest (YAML) naming the resources to cache")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the apiserver to cache (default: in-cluster)")
+	listen := fs.String("listen", "127.0.0.1:8443", "HTTPS address to serve on")
+	certFile := fs.String("tls-cert-file", "", "serving certificate (default: a self-signed one written to --cert-dir)")
+	keyFile := fs.String("tls-private-key-file", "", "serving key")
+	certDir := fs.String("cert-dir", "", "where a generated self-signed certificate and its CA are written")
+	hosts := fs.String("tls-hosts", "localhost,127.0.0.1", "comma-separated DNS names/IPs for a generated certificate")
+	verbosity := fs.Int("v", 0, "log verbosity")
+	_ = fs.Parse(args)
+	if *profilePath == "" {
+		return fmt.Errorf("--profile is required")
+	}
+	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: *verbosity})
+
+	profile, err := standalone.LoadProfile(*profilePath)
+	if err != nil {
+		return err
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = *kubeconfig
+	upstream, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	var cert tls.Certificate
+	if *certFile != "" {
+		if cert, err = tls.LoadX509KeyPair(*certFile, *keyFile); err != nil {
+			return err
+		}
+	} else {
+		if cert, err = servingcert.SelfSigned(*certDir, *hosts); err != nil {
+			return err
+		}
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return standalone.Run(ctx, standalone.Config{
+		ProfileName: profile.Name, Spec: profile.Spec, Upstream: upstream,
+		Listener: ln, Certificate: cert, Log: logr.Logger(log),
+	})
+}
