@@ -1,0 +1,101 @@
+// Command manager runs the cachetier operator: it reconciles CacheProfiles
+// into cache-server fleets.
+package main
+
+import (
+	"crypto/rand"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/cachetier/cachetier/controllers"
+)
+
+func main() {
+	var (
+		metricsAddr, probeAddr, namespace, image, apiServerURL string
+		leaderElect, secureMetrics                             bool
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (\"0\" disables it).")
+	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS with authentication and authorization by the apiserver.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles.")
+	flag.StringVar(&namespace, "workload-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the cache-server fleets (default: the operator's namespace from POD_NAMESPACE).")
+	flag.StringVar(&image, "cache-server-image", os.Getenv("RELATED_IMAGE_CACHE_SERVER"), "cache-server image used when a profile sets none (default: RELATED_IMAGE_CACHE_SERVER).")
+	flag.StringVar(&apiServerURL, "apiserver-url", "", "Apiserver URL clients use, for status.serverURL (default: the URL the operator talks to).")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	if err := run(metricsAddr, secureMetrics, probeAddr, leaderElect, namespace, image, apiServerURL); err != nil {
+		ctrl.Log.Error(err, "manager failed")
+		os.Exit(1)
+	}
+}
+
+func run(metricsAddr string, secureMetrics bool, probeAddr string, leaderElect bool, namespace, image, apiServerURL string) error {
+	if namespace == "" {
+		return fmt.Errorf("--workload-namespace or POD_NAMESPACE must be set")
+	}
+	if image == "" {
+		return fmt.Errorf("--cache-server-image or RELATED_IMAGE_CACHE_SERVER must be set")
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := controllers.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return err
+	}
+	if apiServerURL == "" {
+		apiServerURL = cfg.Host
+	}
+	metricsOpts := metricsserver.Options{BindAddress: metricsAddr, SecureServing: secureMetrics}
+	if secureMetrics {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  controllers.CacheOptions(namespace),
+		Metrics:                metricsOpts,
+		HealthProbeBindAddress: probeAddr,
+		LeaderElection:         leaderElect,
+		LeaderElectionID:       "cachetier-operator.cachetier.io",
+		// The lease lives with the operator, not in the default namespace.
+		LeaderElectionNamespace: namespace,
+	})
+	if err != nil {
+		return err
+	}
+	r := &controllers.CacheProfileReconciler{
+		Client:   mgr.GetClient(),
+		Scheme:   scheme,
+		Recorder: mgr.GetEventRecorder("cachetier-operator"),
+		Options:  controllers.Options{Namespace: namespace, DefaultImage: image, APIServerURL: apiServerURL},
+		Now:      time.Now,
+		Rand:     rand.Reader,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	return mgr.Start(ctrl.SetupSignalHandler())
+}

@@ -1,0 +1,503 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cachev1alpha1 "github.com/cachetier/cachetier/api/v1alpha1"
+)
+
+// ServiceMonitorCRDName is the Prometheus Operator CRD whose presence makes
+// the operator create a ServiceMonitor per profile.
+const ServiceMonitorCRDName = "servicemonitors.monitoring.coreos.com"
+
+// maxRequeue bounds the time between two reconciles of a healthy profile so
+// that certificate renewal windows are never missed by much even if the
+// manager was down when a timer would have fired.
+const maxRequeue = 6 * time.Hour
+
+// CacheProfileReconciler turns CacheProfiles into cache-server fleets.
+type CacheProfileReconciler struct {
+	Client   client.Client
+	Scheme   *runtime.Scheme
+	Recorder events.EventRecorder
+	Options  Options
+	// Now and Rand are injected so that tests control certificate timing.
+	Now  func() time.Time
+	Rand io.Reader
+}
+
+// Cluster-scoped permissions only; what the operator does in its own
+// namespace is granted by config/rbac/workload_role.yaml (a Role, so the
+// operator cannot touch Secrets or workloads elsewhere).
+// +kubebuilder:rbac:groups=cachetier.io,resources=cacheprofiles,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=cachetier.io,resources=cacheprofiles/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=cachetier.io,resources=cacheprofiles/finalizers,verbs=update
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles;clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
+// The fleet's ClusterRole grants reads the operator itself does not have.
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=escalate;bind
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create;update;patch;delete,namespace=kube-system
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles,verbs=bind,resourceNames=extension-apiserver-authentication-reader,namespace=kube-system
+// +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
+// Events about cluster-scoped profiles are recorded in the default namespace.
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// ManagedSelector selects every object the operator creates; the manager's
+// cache is restricted to it so that the operator neither holds every
+// StatefulSet or Secret of the cluster in memory nor needs to read them.
+func ManagedSelector() labels.Selector {
+	return labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue})
+}
+
+// CacheOptions restricts the manager's cache for the child kinds to the
+// objects it manages, and namespaced kinds to the namespaces it writes to
+// (the workload namespace, kube-system for the auth-reader RoleBinding). The
+// RBAC in config/rbac grants exactly these namespaces.
+func CacheOptions(workloadNamespace string) cache.Options {
+	sel := ManagedSelector()
+	cluster := cache.ByObject{Label: sel}
+	ns := cache.ByObject{Label: sel, Namespaces: map[string]cache.Config{workloadNamespace: {}}}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&appsv1.StatefulSet{}:           ns,
+		&appsv1.Deployment{}:            ns,
+		&corev1.Service{}:               ns,
+		&corev1.ServiceAccount{}:        ns,
+		&corev1.ConfigMap{}:             ns,
+		&corev1.Secret{}:                ns,
+		&policyv1.PodDisruptionBudget{}: ns,
+		&rbacv1.RoleBinding{}:           {Label: sel, Namespaces: map[string]cache.Config{AuthReaderNamespace: {}}},
+		&rbacv1.ClusterRole{}:           cluster,
+		&rbacv1.ClusterRoleBinding{}:    cluster,
+		&apiregv1.APIService{}:          cluster,
+	}}
+}
+
+// AddToScheme registers every type the reconciler reads or writes.
+func AddToScheme(s *runtime.Scheme) error {
+	return errors.Join(cachev1alpha1.AddToScheme(s), apiregv1.AddToScheme(s), apiextensionsv1.AddToScheme(s))
+}
+
+// SetupWithManager registers the controller.
+func (r *CacheProfileReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	crd := &metav1.PartialObjectMetadata{}
+	crd.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&cachev1alpha1.CacheProfile{}).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.Secret{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&rbacv1.ClusterRole{}).
+		Owns(&rbacv1.ClusterRoleBinding{}).
+		Owns(&rbacv1.RoleBinding{}).
+		Owns(&apiregv1.APIService{}).
+		// The ServiceMonitor appears or goes with the Prometheus Operator's
+		// CRD: re-evaluate every profile when that CRD changes.
+		WatchesMetadata(crd, handler.EnqueueRequestsFromMapFunc(r.allProfiles),
+			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == ServiceMonitorCRDName }))).
+		Complete(r)
+}
+
+func (r *CacheProfileReconciler) allProfiles(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list cachev1alpha1.CacheProfileList
+	if err := r.Client.List(ctx, &list); err != nil {
+		log.FromContext(ctx).Error(err, "listing profiles")
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, p := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+	}
+	return out
+}
+
+// Reconcile brings one profile's children to their desired state and
+// records what it observed in the status.
+func (r *CacheProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	var p cachev1alpha1.CacheProfile
+	if err := r.Client.Get(ctx, req.NamespacedName, &p); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !p.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, &p)
+	}
+	if !slices.Contains(p.Finalizers, Finalizer) {
+		patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		p.Finalizers = append(p.Finalizers, Finalizer)
+		if err := r.Client.Patch(ctx, &p, patch); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	now := r.Now()
+
+	if msg := ValidateSpec(&p); msg != "" {
+		r.event(&p, corev1.EventTypeWarning, ReasonInvalidSpec, "Validate", msg)
+		return ctrl.Result{}, r.writeStatus(ctx, &p, Observed{InvalidSpec: msg}, now)
+	}
+
+	certs, plan, err := r.certificates(ctx, &p, now)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("certificates: %w", err)
+	}
+	withSM, err := r.serviceMonitorCRDPresent(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	desired, err := BuildDesired(&p, r.Options, certs, withSM)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	var applyErrs []string
+	for _, obj := range desired.Objects() {
+		changed, err := r.apply(ctx, obj)
+		if err != nil {
+			logger.Error(err, "apply", "kind", obj.GetObjectKind().GroupVersionKind().Kind, "name", obj.GetName())
+			applyErrs = append(applyErrs, fmt.Sprintf("%s %s: %v", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err))
+			continue
+		}
+		if changed && obj == desired.CASecret && plan.NewCA {
+			r.event(&p, corev1.EventTypeNormal, "CertificateAuthorityRotated", "Rotate", plan.Reason)
+		} else if changed && obj == desired.ServingSecret && plan.NewServing {
+			r.event(&p, corev1.EventTypeNormal, "ServingCertificateRotated", "Rotate", plan.Reason)
+		}
+	}
+	if desired.APIService == nil {
+		if err := r.deleteIfOurs(ctx, &apiregv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: APIServiceName(&p)}}); err != nil {
+			applyErrs = append(applyErrs, "deleting APIService: "+err.Error())
+		}
+	}
+
+	obs, err := r.observe(ctx, &p, desired)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(obs.SurplusShards) > 0 && r.shardsSettled(&p, obs) {
+		for _, name := range obs.SurplusShards {
+			if err := r.deleteSurplusShard(ctx, name); err != nil {
+				applyErrs = append(applyErrs, fmt.Sprintf("removing surplus shard %s: %v", name, err))
+			}
+		}
+		r.event(&p, corev1.EventTypeNormal, "ShardsRemoved", "ScaleDown", fmt.Sprintf("removed %v: their hash shards are served by the remaining shards", obs.SurplusShards))
+		obs.SurplusShards = nil
+	}
+	if len(applyErrs) > 0 {
+		obs.ApplyError = fmt.Sprint(applyErrs)
+	}
+	if err := r.writeStatus(ctx, &p, obs, now); err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(applyErrs) > 0 {
+		// Retry with the controller's backoff; the status already says why.
+		return ctrl.Result{}, errors.New(obs.ApplyError)
+	}
+	return ctrl.Result{RequeueAfter: min(max(plan.NextRenewal.Sub(now), time.Second), maxRequeue)}, nil
+}
+
+// ValidateSpec catches what the CRD schema cannot (or what a profile stored
+// before a rule existed may contain). It returns "" for a valid spec.
+func ValidateSpec(in *cachev1alpha1.CacheProfile) string {
+	p := WithDefaults(in)
+	if p.Spec.Shards > p.Spec.HashShards {
+		return fmt.Sprintf("shards (%d) must not exceed hashShards (%d)", p.Spec.Shards, p.Spec.HashShards)
+	}
+	if len(p.Spec.Resources) == 0 {
+		return "resources must not be empty"
+	}
+	seen := map[schema.GroupResource]bool{}
+	for i, r := range p.Spec.Resources {
+		gr := schema.GroupResource{Group: r.Group, Resource: r.Resource}
+		if seen[gr] {
+			return fmt.Sprintf("resources[%d]: %s is listed more than once", i, gr)
+		}
+		seen[gr] = true
+		for name, sel := range map[string]*metav1.LabelSelector{"namespaceSelector": r.NamespaceSelector, "labelSelector": r.LabelSelector} {
+			if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+				return fmt.Sprintf("resources[%d].%s: %v", i, name, err)
+			}
+		}
+	}
+	return ""
+}
+
+func (r *CacheProfileReconciler) event(p *cachev1alpha1.CacheProfile, kind, reason, action, note string) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(p, nil, kind, reason, action, "%s", note)
+	}
+}
+
+// certificates reads the current TLS material and renews what is due.
+func (r *CacheProfileReconciler) certificates(ctx context.Context, p *cachev1alpha1.CacheProfile, now time.Time) (Certificates, CertPlan, error) {
+	var ca, serving corev1.Secret
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Options.Namespace, Name: caSecretName(p)}, &ca); client.IgnoreNotFound(err) != nil {
+		return Certificates{}, CertPlan{}, err
+	}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Options.Namespace, Name: servingSecretName(p)}, &serving); client.IgnoreNotFound(err) != nil {
+		return Certificates{}, CertPlan{}, err
+	}
+	return EnsureCertificates(r.Rand, now, certificatesFromSecrets(ca.Data, serving.Data), ServingDNSNames(p, r.Options))
+}
+
+func (r *CacheProfileReconciler) serviceMonitorCRDPresent(ctx context.Context) (bool, error) {
+	crd := &metav1.PartialObjectMetadata{}
+	crd.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+	err := r.Client.Get(ctx, types.NamespacedName{Name: ServiceMonitorCRDName}, crd)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil && crd.DeletionTimestamp.IsZero(), err
+}
+
+// observedFor reads the current state of a child: typed kinds come from the
+// cache, the ServiceMonitor (no Go type here) is read as unstructured.
+func (r *CacheProfileReconciler) observedFor(ctx context.Context, gvk schema.GroupVersionKind, key types.NamespacedName) (*unstructured.Unstructured, error) {
+	if r.Scheme.Recognizes(gvk) {
+		o, err := r.Scheme.New(gvk)
+		if err != nil {
+			return nil, err
+		}
+		obj := o.(client.Object)
+		if err := r.Client.Get(ctx, key, obj); err != nil {
+			return nil, err
+		}
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			return nil, err
+		}
+		return &unstructured.Unstructured{Object: m}, nil
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	if err := r.Client.Get(ctx, key, u); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// apply writes obj with server-side apply unless the observed object already
+// matches (see apply.go). It reports whether it wrote.
+func (r *CacheProfileReconciler) apply(ctx context.Context, obj client.Object) (bool, error) {
+	desired, err := toApplyObject(r.Scheme, obj)
+	if err != nil {
+		return false, err
+	}
+	observed, err := r.observedFor(ctx, desired.GroupVersionKind(), client.ObjectKeyFromObject(desired))
+	if apierrors.IsNotFound(err) {
+		observed, err = nil, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	need, why := NeedsApply(desired, observed)
+	if !need {
+		return false, nil
+	}
+	log.FromContext(ctx).V(1).Info("applying", "kind", desired.GetKind(), "name", desired.GetName(), "why", why)
+	//nolint:staticcheck // Patch with client.Apply accepts unstructured objects; Client.Apply needs generated apply configurations.
+	return true, r.Client.Patch(ctx, desired, client.Apply, client.FieldOwner(FieldOwner), client.ForceOwnership)
+}
+
+func (r *CacheProfileReconciler) deleteIfOurs(ctx context.Context, obj client.Object) error {
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if obj.GetLabels()[LabelManagedBy] != ManagedByValue {
+		return nil
+	}
+	return client.IgnoreNotFound(r.Client.Delete(ctx, obj))
+}
+
+// observe reads the workloads and the APIService after applying, and finds
+// shard StatefulSets left over from a larger shard count.
+func (r *CacheProfileReconciler) observe(ctx context.Context, p *cachev1alpha1.CacheProfile, d *Desired) (Observed, error) {
+	obs := Observed{Shards: map[string]*appsv1.StatefulSet{}}
+	var list appsv1.StatefulSetList
+	if err := r.Client.List(ctx, &list, client.InNamespace(r.Options.Namespace),
+		client.MatchingLabels{LabelProfile: p.Name, LabelComponent: ComponentShard}); err != nil {
+		return obs, err
+	}
+	wanted := map[string]bool{}
+	for _, s := range d.Shards {
+		wanted[s.Name] = true
+	}
+	for i := range list.Items {
+		s := &list.Items[i]
+		if wanted[s.Name] {
+			obs.Shards[s.Name] = s
+		} else {
+			obs.SurplusShards = append(obs.SurplusShards, s.Name)
+		}
+	}
+	slices.Sort(obs.SurplusShards)
+	var front appsv1.Deployment
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(d.Front), &front); err == nil {
+		obs.Front = &front
+	} else if !apierrors.IsNotFound(err) {
+		return obs, err
+	}
+	if d.APIService != nil {
+		var a apiregv1.APIService
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(d.APIService), &a); err == nil {
+			obs.APIService = &a
+		} else if !apierrors.IsNotFound(err) {
+			return obs, err
+		}
+	}
+	return obs, nil
+}
+
+// shardsSettled: every desired shard runs the current spec with all its
+// replicas ready, so the hash shards of surplus shards have a ready home.
+func (r *CacheProfileReconciler) shardsSettled(p *cachev1alpha1.CacheProfile, obs Observed) bool {
+	for _, a := range AssignHashShards(WithDefaults(p)) {
+		s := obs.Shards[a.Name]
+		if s == nil || statefulSetRollingOut(s) || s.Status.ReadyReplicas < *s.Spec.Replicas {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *CacheProfileReconciler) deleteSurplusShard(ctx context.Context, name string) error {
+	key := metav1.ObjectMeta{Name: name, Namespace: r.Options.Namespace}
+	if err := client.IgnoreNotFound(r.Client.Delete(ctx, &appsv1.StatefulSet{ObjectMeta: key})); err != nil {
+		return err
+	}
+	return client.IgnoreNotFound(r.Client.Delete(ctx, &policyv1.PodDisruptionBudget{ObjectMeta: key}))
+}
+
+// writeStatus updates the status only when it changed and emits events for
+// the transitions a user cares about.
+func (r *CacheProfileReconciler) writeStatus(ctx context.Context, p *cachev1alpha1.CacheProfile, obs Observed, now time.Time) error {
+	st := ComputeStatus(p, r.Options, obs, now)
+	if equality.Semantic.DeepEqual(st, p.Status) {
+		return nil
+	}
+	for _, t := range []string{cachev1alpha1.ConditionAvailable, cachev1alpha1.ConditionDegraded} {
+		old, cur := meta.FindStatusCondition(p.Status.Conditions, t), meta.FindStatusCondition(st.Conditions, t)
+		if cur == nil || (old != nil && old.Status == cur.Status && old.Reason == cur.Reason) {
+			continue
+		}
+		kind := corev1.EventTypeNormal
+		if (t == cachev1alpha1.ConditionDegraded) == (cur.Status == metav1.ConditionTrue) {
+			kind = corev1.EventTypeWarning
+		}
+		if old == nil && cur.Status == metav1.ConditionFalse && t == cachev1alpha1.ConditionDegraded {
+			continue // "not degraded" on creation is not news
+		}
+		r.event(p, kind, t+string(cur.Status), "Status", cur.Reason+": "+cur.Message)
+	}
+	p.Status = st
+	err := r.Client.Status().Update(ctx, p)
+	if apierrors.IsConflict(err) {
+		// The cache had an older profile; the newer one's watch event is on
+		// its way and triggers another reconcile. Not an error worth a log.
+		log.FromContext(ctx).V(1).Info("status update conflict, waiting for the newer profile")
+		return nil
+	}
+	return err
+}
+
+// finalize deletes every child, cluster-scoped ones and the kube-system
+// RoleBinding included, then releases the profile.
+func (r *CacheProfileReconciler) finalize(ctx context.Context, p *cachev1alpha1.CacheProfile) (ctrl.Result, error) {
+	if !slices.Contains(p.Finalizers, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	remaining, err := r.deleteChildren(ctx, p)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if remaining > 0 {
+		// Deletion is asynchronous for objects with finalizers of their own;
+		// check again shortly rather than waiting for a watch event.
+		return ctrl.Result{RequeueAfter: 500 * time.Millisecond}, nil
+	}
+	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	p.Finalizers = slices.DeleteFunc(p.Finalizers, func(f string) bool { return f == Finalizer })
+	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, p, patch))
+}
+
+// childLists are the kinds of children; each is listed by the profile label.
+func childLists() []client.ObjectList {
+	return []client.ObjectList{
+		&appsv1.StatefulSetList{}, &appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ServiceAccountList{},
+		&corev1.ConfigMapList{}, &corev1.SecretList{}, &policyv1.PodDisruptionBudgetList{},
+		&rbacv1.ClusterRoleList{}, &rbacv1.ClusterRoleBindingList{}, &rbacv1.RoleBindingList{}, &apiregv1.APIServiceList{},
+	}
+}
+
+func (r *CacheProfileReconciler) deleteChildren(ctx context.Context, p *cachev1alpha1.CacheProfile) (int, error) {
+	sel := client.MatchingLabels{LabelProfile: p.Name, LabelManagedBy: ManagedByValue}
+	remaining := 0
+	for _, l := range childLists() {
+		if err := r.Client.List(ctx, l, sel); err != nil {
+			return 0, err
+		}
+		items, err := meta.ExtractList(l)
+		if err != nil {
+			return 0, err
+		}
+		for _, it := range items {
+			o := it.(client.Object)
+			if !o.GetDeletionTimestamp().IsZero() {
+				remaining++ // still finalizing
+				continue
+			}
+			err := r.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground))
+			switch {
+			case apierrors.IsNotFound(err): // already gone, the cache lags
+			case err != nil:
+				return 0, err
+			default:
+				remaining++ // confirm on the next pass that it is gone
+			}
+		}
+	}
+	if present, err := r.serviceMonitorCRDPresent(ctx); err != nil {
+		return 0, err
+	} else if present {
+		sm := BuildServiceMonitor(p, r.Options)
+		err := r.Client.Delete(ctx, sm)
+		if err == nil {
+			remaining++
+		} else if !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
+			return 0, err
+		}
+	}
+	return remaining, nil
+}
