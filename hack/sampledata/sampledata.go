@@ -1,4 +1,9 @@
-package e2e
+// Package sampledata creates the data set that tests and `make run` put in
+// a local control plane: namespaces with labels, configmaps, secrets of two
+// types, pods bound to nodes, events, and a CRD (widgets, with a selectable
+// field) with instances — enough to exercise every selector and scope the
+// tier serves.
+package sampledata
 
 import (
 	"context"
@@ -15,28 +20,33 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/cachetier/cachetier/hack/controlplane"
+	"k8s.io/client-go/rest"
 )
 
-const (
-	seedNamespaces  = 4
-	configMapsPerNS = 250 // 1,000 in all: the kubectl --chunk-size test pages through them
-	secretsPerNS    = 10
-	podsPerNS       = 8
-	eventsPerNS     = 5
-	widgetsPerNS    = 6
-)
+// Sizes says how many objects of each kind to create per namespace.
+type Sizes struct {
+	Namespaces, ConfigMaps, Secrets, Pods, Events, Widgets int
+}
 
-var widgetsGVR = schema.GroupVersionResource{Group: "example.cachetier.io", Version: "v1", Resource: "widgets"}
+// Default is the data set of the tests: 1,000 configmaps in all, so a
+// kubectl --chunk-size=50 run pages twenty times.
+func Default() Sizes {
+	return Sizes{Namespaces: 4, ConfigMaps: 250, Secrets: 10, Pods: 8, Events: 5, Widgets: 6}
+}
 
-func nsName(i int) string { return fmt.Sprintf("ns-%d", i) }
+// WidgetsGVR is the sample custom resource.
+func WidgetsGVR() schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: "example.cachetier.io", Version: "v1", Resource: "widgets"}
+}
 
-// seed creates the data set the tests read: a CRD with selectable fields
-// and instances, and built-in objects with labels and field values that the
-// selector cases exercise.
-func seed(ctx context.Context, kc kubernetes.Interface, cp *controlplane.ControlPlane) error {
-	cfg, err := cp.RESTConfig()
+// Namespace is the name of the i-th sample namespace.
+func Namespace(i int) string { return fmt.Sprintf("ns-%d", i) }
+
+// Seed creates the data set: the widgets CRD (with selectableFields
+// .spec.color) and instances, and built-in objects whose labels and field
+// values the selector cases exercise. cfg should allow a high QPS.
+func Seed(ctx context.Context, cfg *rest.Config, sz Sizes) error {
+	kc, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -45,17 +55,17 @@ func seed(ctx context.Context, kc kubernetes.Interface, cp *controlplane.Control
 	}
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	apps := []string{"a", "b", "c"}
-	for i := 0; i < seedNamespaces; i++ {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName(i), Labels: map[string]string{"team": apps[i%3]}}}
+	for i := 0; i < sz.Namespaces; i++ {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace(i), Labels: map[string]string{"team": apps[i%3]}}}
 		if _, err := kc.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 			return err
 		}
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
-	for i := 0; i < seedNamespaces; i++ {
-		ns := nsName(i)
-		for j := 0; j < configMapsPerNS; j++ {
+	for i := 0; i < sz.Namespaces; i++ {
+		ns := Namespace(i)
+		for j := 0; j < sz.ConfigMaps; j++ {
 			g.Go(func() error {
 				labels := map[string]string{"app": apps[j%3]}
 				if j%2 == 0 {
@@ -67,7 +77,7 @@ func seed(ctx context.Context, kc kubernetes.Interface, cp *controlplane.Control
 				return err
 			})
 		}
-		for j := 0; j < secretsPerNS; j++ {
+		for j := 0; j < sz.Secrets; j++ {
 			g.Go(func() error {
 				typ := corev1.SecretTypeOpaque
 				if j%3 == 0 {
@@ -79,7 +89,7 @@ func seed(ctx context.Context, kc kubernetes.Interface, cp *controlplane.Control
 				return err
 			})
 		}
-		for j := 0; j < podsPerNS; j++ {
+		for j := 0; j < sz.Pods; j++ {
 			g.Go(func() error {
 				p := &corev1.Pod{
 					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%02d", j), Namespace: ns, Labels: map[string]string{"app": apps[j%3]}},
@@ -92,7 +102,7 @@ func seed(ctx context.Context, kc kubernetes.Interface, cp *controlplane.Control
 				return err
 			})
 		}
-		for j := 0; j < eventsPerNS; j++ {
+		for j := 0; j < sz.Events; j++ {
 			g.Go(func() error {
 				ev := &corev1.Event{
 					ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("event-%02d", j), Namespace: ns},
@@ -105,14 +115,14 @@ func seed(ctx context.Context, kc kubernetes.Interface, cp *controlplane.Control
 				return err
 			})
 		}
-		for j := 0; j < widgetsPerNS; j++ {
+		for j := 0; j < sz.Widgets; j++ {
 			g.Go(func() error {
 				w := &unstructured.Unstructured{Object: map[string]any{
 					"apiVersion": "example.cachetier.io/v1", "kind": "Widget",
 					"metadata": map[string]any{"name": fmt.Sprintf("widget-%02d", j), "namespace": ns, "labels": map[string]any{"app": apps[j%3]}},
 					"spec":     map[string]any{"color": []string{"red", "blue"}[j%2], "size": int64(j)},
 				}}
-				_, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(gctx, w, metav1.CreateOptions{})
+				_, err := dyn.Resource(WidgetsGVR()).Namespace(ns).Create(gctx, w, metav1.CreateOptions{})
 				return err
 			})
 		}
