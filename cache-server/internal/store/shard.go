@@ -186,6 +186,15 @@ func (s *Shard) Replace(objects []*Object, rv uint64) ([]Event, error) {
 	for ; i < len(sorted); i++ {
 		events = append(events, Event{Type: Added, Object: sorted[i], RV: rv})
 	}
+	if len(events) == 0 {
+		// Nothing changed between the applied RV and rv: the current state
+		// is the state at every RV in between, so history stays continuous
+		// (no gap) and nothing needs to be published.
+		if rv > s.applied {
+			s.advanceLocked(rv)
+		}
+		return nil, nil
+	}
 	for _, o := range sorted {
 		next.ReplaceOrInsert(o)
 		size += int64(len(o.Raw))

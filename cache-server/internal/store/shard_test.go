@@ -298,9 +298,13 @@ func TestShardReplace(t *testing.T) {
 	if _, err := s.Replace([]*Object{obj("ns", "a", 1), obj("ns", "a", 2)}, 11); err == nil {
 		t.Fatal("duplicate keys must fail")
 	}
-	// An identical relist produces no events.
+	// An identical relist produces no events and no gap: the state at 10
+	// is the state at every RV up to the relist's.
 	evs, err = s.Replace([]*Object{obj("ns", "new", 9), obj("ns", "change", 8), obj("ns", "keep", 1), obj("ns", "a-new", 7)}, 12)
 	if err != nil || len(evs) != 0 {
 		t.Fatalf("identical relist: %v %v", evs, err)
+	}
+	if snap, err := s.Snapshot(11); err != nil || len(keys(snap)) != 4 || s.AppliedRV() != 12 {
+		t.Fatalf("Snapshot(11) after an identical relist = %v, %v (applied %d)", keys(snap), err, s.AppliedRV())
 	}
 }
