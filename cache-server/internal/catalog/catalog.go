@@ -33,6 +33,9 @@ type Entry struct {
 	Fields      *fields.Resource
 	// FieldIndexes are the profile's indexed field paths.
 	FieldIndexes []string
+	// NamespaceSelector restricts a namespaced resource to the namespaces
+	// whose labels match (nil: every namespace).
+	NamespaceSelector labels.Selector
 }
 
 // Resolve checks every resource of spec against the apiserver. An unknown
@@ -99,7 +102,16 @@ func Resolve(ctx context.Context, cfg *rest.Config, spec v1alpha1.CacheProfileSp
 			}
 		}
 		if r.NamespaceSelector != nil {
-			return nil, fmt.Errorf("resource %s: namespaceSelector is not supported by this cache-server yet", describe(gvr))
+			if !found.Namespaced {
+				return nil, fmt.Errorf("resource %s: namespaceSelector is only valid for namespaced resources", describe(gvr))
+			}
+			sel, err := metav1.LabelSelectorAsSelector(r.NamespaceSelector)
+			if err != nil {
+				return nil, fmt.Errorf("resource %s: invalid namespaceSelector: %w", describe(gvr), err)
+			}
+			if !sel.Empty() {
+				e.NamespaceSelector = sel
+			}
 		}
 		var selectable []string
 		if r.Group != "" {

@@ -12,8 +12,36 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	encoding_ "github.com/cachetier/cachetier/cache-server/internal/encoding"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
 )
+
+// Encoder API of the front (GET, LIST, and watch streams).
+//
+// Every response body is built from stored bytes by these functions; callers
+// never marshal objects themselves:
+//
+//	enc, err := negotiateFor(res, accept, list) // Accept header -> encoding
+//	errEnc := errorEncoding(accept)             // the encoding of error bodies
+//	b, err := encodeObject(res, enc, o)         // one object as a GET returns it; also
+//	                                            // what a watch event's "object" carries
+//	b, err := encodeList(res, enc, meta, items) // a whole LIST body
+//	b := encodeStatus(enc, st)                  // an error body (Status) in enc
+//	enc.contentType()                           // the response Content-Type
+//	writeErrorAs(w, errEnc, err)                // writeError in the error encoding
+//	frame := watchFrame(enc, "ADDED", b)        // one watch event around encodeObject's bytes
+//
+// Encodings: JSON (the stored bytes), JSON PartialObjectMetadata(List) and
+// Table, and — for built-in types only — protobuf (the "k8s\x00" envelope
+// around runtime.Unknown, per-object messages converted lazily from the
+// stored JSON and cached per *store.Object in a byte-bounded LRU, see
+// package encoding) and protobuf PartialObjectMetadata(List) (also for
+// custom resources, as the apiserver does). The apiserver serves no
+// protobuf for custom resources nor protobuf Tables; the answers to those
+// Accept headers are its own (406, or JSON when the client offers it).
+//
+// negotiate(accept, list) is the JSON-only negotiation kept for callers
+// that have no resource at hand; it never returns a protobuf encoding.
 
 // encoding is the response form a client asked for.
 type encoding int
@@ -22,30 +50,71 @@ const (
 	encJSON encoding = iota
 	encPartialMetadata
 	encTable
+	// encProtobuf is the typed object (list) in protobuf; built-in types only.
+	encProtobuf
+	// encProtobufPartialMetadata is PartialObjectMetadata(List) in protobuf.
+	encProtobufPartialMetadata
 )
+
+// contentType is the response Content-Type of an encoding.
+func (e encoding) contentType() string {
+	if e.isProtobuf() {
+		return encoding_.ProtobufMediaType
+	}
+	return "application/json"
+}
+
+func (e encoding) isProtobuf() bool { return e == encProtobuf || e == encProtobufPartialMetadata }
+
+// notAcceptableProtobuf is the apiserver's 406 message for a protobuf form
+// it cannot produce (a custom resource, a Table).
+const notAcceptableProtobuf = "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf"
 
 // negotiate picks the response form from the Accept header, as the
 // apiserver does for JSON clients: plain objects, PartialObjectMetadata(List)
 // for metadata-only clients, and Table for kubectl's server-side printing.
-// Protobuf is not served yet; a client offering JSON as well (client-go
-// does) gets JSON, one accepting only protobuf gets 406.
+// It is negotiateFor without protobuf.
 func negotiate(accept string, list bool) (encoding, error) {
+	return negotiateFor(nil, accept, list)
+}
+
+// negotiateFor picks the response form for res from the Accept header, in
+// the order the clauses are given (q-values are ignored). With res nil,
+// protobuf clauses are skipped. On error, the returned encoding is the one
+// to write the error in; callers use errorEncoding for all errors.
+func negotiateFor(res *resource, accept string, list bool) (encoding, error) {
 	if strings.TrimSpace(accept) == "" {
 		return encJSON, nil
 	}
+	sawProtobuf, sawPlainProtobuf := false, false
 	for _, part := range strings.Split(accept, ",") {
 		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
 		if err != nil {
 			continue
 		}
+		as := params["as"]
+		metaGV := params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1")
+		if mt == encoding_.ProtobufMediaType && res != nil {
+			sawProtobuf = true
+			switch {
+			case as == "":
+				sawPlainProtobuf = true
+				if protobufSupported(res) {
+					return encProtobuf, nil
+				}
+			case !metaGV:
+			case as == "PartialObjectMetadata" && !list, as == "PartialObjectMetadataList" && list:
+				return encProtobufPartialMetadata, nil
+			}
+			continue
+		}
 		if mt != "application/json" && mt != "*/*" && mt != "application/*" {
 			continue
 		}
-		as := params["as"]
 		if as == "" {
 			return encJSON, nil
 		}
-		if params["g"] != "meta.k8s.io" || (params["v"] != "v1" && params["v"] != "v1beta1") {
+		if !metaGV {
 			continue
 		}
 		switch {
@@ -55,7 +124,42 @@ func negotiate(accept string, list bool) (encoding, error) {
 			return encPartialMetadata, nil
 		}
 	}
-	return 0, apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "get", schemaGR(), "", "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io, application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io", 0, false)
+	if sawPlainProtobuf && !protobufSupported(res) {
+		return encProtobuf, apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "get", schemaGR(), "", notAcceptableProtobuf, 0, false)
+	}
+	if sawProtobuf {
+		return encJSON, apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "get", schemaGR(), "", notAcceptableProtobuf, 0, false)
+	}
+	return encJSON, apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "get", schemaGR(), "", "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io, application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io", 0, false)
+}
+
+// errorEncoding is how the apiserver encodes a Status for this Accept
+// header: the first clause naming a plain (no "as=") form decides, so a
+// protobuf client gets protobuf errors even for a custom resource whose
+// objects it gets in JSON; metadata-only and Table clauses never apply to a
+// Status, and without a plain clause errors are JSON.
+func errorEncoding(accept string) encoding {
+	for _, part := range strings.Split(accept, ",") {
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil || params["as"] != "" {
+			continue
+		}
+		switch mt {
+		case encoding_.ProtobufMediaType:
+			return encProtobuf
+		case "application/json", "*/*", "application/*":
+			return encJSON
+		}
+	}
+	return encJSON
+}
+
+// protobufSupported: built-in types client-go's scheme can encode.
+func protobufSupported(res *resource) bool {
+	if res == nil || res.Entry.Custom {
+		return false
+	}
+	return encoding_.Supports(res.GVR.GroupVersion().WithKind(res.APIResource.Kind))
 }
 
 func formatRV(rv uint64) string { return strconv.FormatUint(rv, 10) }
@@ -65,49 +169,91 @@ func formatRV(rv uint64) string { return strconv.FormatUint(rv, 10) }
 // start with exactly that TypeMeta, so it is cut off without decoding.
 // Custom resources keep it, as the apiserver's unstructured lists do.
 func itemBytes(res *resource, o *store.Object) []byte {
-	if res.Entry.Custom {
-		return o.Raw
-	}
-	prefix := `{"kind":` + strconv.Quote(res.APIResource.Kind) + `,"apiVersion":` + strconv.Quote(res.GVR.GroupVersion().String())
-	if !bytes.HasPrefix(o.Raw, []byte(prefix)) {
-		return o.Raw
+	var buf bytes.Buffer
+	writeItem(&buf, res.Entry.Custom, itemPrefix(res), o)
+	return buf.Bytes()
+}
+
+// itemPrefix is the TypeMeta prefix itemBytes cuts off.
+func itemPrefix(res *resource) []byte {
+	return []byte(`{"kind":` + strconv.Quote(res.APIResource.Kind) + `,"apiVersion":` + strconv.Quote(res.GVR.GroupVersion().String()))
+}
+
+// writeItem appends itemBytes(res, o) to buf without an intermediate copy.
+func writeItem(buf *bytes.Buffer, custom bool, prefix []byte, o *store.Object) {
+	if custom || !bytes.HasPrefix(o.Raw, prefix) {
+		buf.Write(o.Raw)
+		return
 	}
 	rest := o.Raw[len(prefix):]
 	if len(rest) > 0 && rest[0] == ',' {
 		rest = rest[1:]
 	}
-	out := make([]byte, 0, len(rest)+1)
-	out = append(out, '{')
-	return append(out, rest...)
+	buf.WriteByte('{')
+	buf.Write(rest)
 }
 
-func writeObject(w http.ResponseWriter, res *resource, enc encoding, o *store.Object) int {
+// encodeObject is one object in enc: the body of a GET, and the "object"
+// of a watch event (for protobuf the enveloped object, which a protobuf
+// watch frame embeds as is).
+func encodeObject(res *resource, enc encoding, o *store.Object) ([]byte, error) {
 	switch enc {
 	case encPartialMetadata:
-		md, err := partialMetadata(o)
-		if err != nil {
-			return writeError(w, err)
-		}
-		return writeRaw(w, md)
+		return partialMetadata(o)
 	case encTable:
 		tbl, err := table(res, metav1.ListMeta{}, []*store.Object{o})
 		if err != nil {
-			return writeError(w, err)
+			return nil, err
 		}
-		writeJSON(w, http.StatusOK, tbl)
-		return http.StatusOK
+		return marshalLine(tbl)
+	case encProtobuf:
+		msg, err := res.protobuf.Object(res.GVR.GroupVersion().WithKind(res.APIResource.Kind), o)
+		if err != nil {
+			return nil, err
+		}
+		return encoding_.Envelope(res.GVR.GroupVersion().String(), res.APIResource.Kind, msg), nil
+	case encProtobufPartialMetadata:
+		msg, err := res.protobuf.Metadata(o)
+		if err != nil {
+			return nil, err
+		}
+		return encoding_.Envelope("meta.k8s.io/v1", "PartialObjectMetadata", msg), nil
 	}
-	return writeRaw(w, o.Raw)
+	return o.Raw, nil
 }
 
-func writeList(w http.ResponseWriter, res *resource, enc encoding, meta metav1.ListMeta, items []*store.Object) int {
-	if enc == encTable {
+// encodeList is a whole LIST body in enc. Items are the stored bytes (JSON)
+// or the cached per-object protobuf messages: nothing is re-encoded when the
+// cache is warm.
+func encodeList(res *resource, enc encoding, meta metav1.ListMeta, items []*store.Object) ([]byte, error) {
+	switch enc {
+	case encTable:
 		tbl, err := table(res, meta, items)
 		if err != nil {
-			return writeError(w, err)
+			return nil, err
 		}
-		writeJSON(w, http.StatusOK, tbl)
-		return http.StatusOK
+		return marshalLine(tbl)
+	case encProtobuf, encProtobufPartialMetadata:
+		mb, err := meta.Marshal()
+		if err != nil {
+			return nil, err
+		}
+		msgs := make([][]byte, len(items))
+		gvk := res.GVR.GroupVersion().WithKind(res.APIResource.Kind)
+		for i, o := range items {
+			if enc == encProtobuf {
+				msgs[i], err = res.protobuf.Object(gvk, o)
+			} else {
+				msgs[i], err = res.protobuf.Metadata(o)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		if enc == encProtobufPartialMetadata {
+			return encoding_.List("meta.k8s.io/v1", "PartialObjectMetadataList", mb, msgs), nil
+		}
+		return encoding_.List(res.GVR.GroupVersion().String(), res.APIResource.Kind+"List", mb, msgs), nil
 	}
 	kind, apiVersion := res.APIResource.Kind+"List", res.GVR.GroupVersion().String()
 	if enc == encPartialMetadata {
@@ -115,12 +261,19 @@ func writeList(w http.ResponseWriter, res *resource, enc encoding, meta metav1.L
 	}
 	metaJSON, err := json.Marshal(meta)
 	if err != nil {
-		return writeError(w, err)
+		return nil, err
 	}
-	var buf bytes.Buffer
+	size := 64 + len(kind) + len(apiVersion) + len(metaJSON)
+	if enc == encJSON {
+		for _, o := range items {
+			size += len(o.Raw) + 1
+		}
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
 	buf.WriteString(`{"kind":` + strconv.Quote(kind) + `,"apiVersion":` + strconv.Quote(apiVersion) + `,"metadata":`)
 	buf.Write(metaJSON)
 	buf.WriteString(`,"items":[`)
+	prefix := itemPrefix(res)
 	for i, o := range items {
 		if i > 0 {
 			buf.WriteByte(',')
@@ -128,22 +281,90 @@ func writeList(w http.ResponseWriter, res *resource, enc encoding, meta metav1.L
 		if enc == encPartialMetadata {
 			md, err := partialMetadata(o)
 			if err != nil {
-				return writeError(w, err)
+				return nil, err
 			}
 			buf.Write(md)
 			continue
 		}
-		buf.Write(itemBytes(res, o))
+		writeItem(buf, res.Entry.Custom, prefix, o)
 	}
 	buf.WriteString("]}\n")
-	return writeRaw(w, buf.Bytes())
+	return buf.Bytes(), nil
 }
 
-func writeRaw(w http.ResponseWriter, body []byte) int {
-	w.Header().Set("Content-Type", "application/json")
+// encodeStatus is an error body in enc: protobuf clients of the typed form
+// get a protobuf Status, everyone else JSON (as from the apiserver, whose
+// metadata-only protobuf answers carry JSON errors).
+func encodeStatus(enc encoding, st metav1.Status) []byte {
+	if enc == encProtobuf {
+		return encoding_.Status(st)
+	}
+	st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	b, _ := marshalLine(st)
+	return b
+}
+
+// watchFrame is one watch event around an object encoded by encodeObject:
+// a JSON line {"type":...,"object":...}, or a length-prefixed protobuf
+// WatchEvent.
+func watchFrame(enc encoding, eventType string, object []byte) []byte {
+	if enc.isProtobuf() {
+		return encoding_.WatchFrame(eventType, object)
+	}
+	out := make([]byte, 0, len(object)+32)
+	out = append(out, `{"type":`...)
+	out = strconv.AppendQuote(out, eventType)
+	out = append(out, `,"object":`...)
+	out = append(out, bytes.TrimRight(object, "\n")...)
+	return append(out, "}\n"...)
+}
+
+// writeErrorAs writes err as a Status in enc (see writeError).
+func writeErrorAs(w http.ResponseWriter, enc encoding, err error) int {
+	if enc != encProtobuf {
+		return writeError(w, err)
+	}
+	st := toStatus(err)
+	if st.Details != nil && st.Details.RetryAfterSeconds > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(st.Details.RetryAfterSeconds)))
+	}
+	w.Header().Set("Content-Type", enc.contentType())
+	w.WriteHeader(int(st.Code))
+	_, _ = w.Write(encodeStatus(enc, st))
+	return int(st.Code)
+}
+
+func writeObject(w http.ResponseWriter, res *resource, enc encoding, o *store.Object) int {
+	body, err := encodeObject(res, enc, o)
+	if err != nil {
+		return writeErrorAs(w, enc, err)
+	}
+	return writeBody(w, enc, body)
+}
+
+func writeList(w http.ResponseWriter, res *resource, enc encoding, meta metav1.ListMeta, items []*store.Object) int {
+	body, err := encodeList(res, enc, meta, items)
+	if err != nil {
+		return writeErrorAs(w, enc, err)
+	}
+	return writeBody(w, enc, body)
+}
+
+func writeBody(w http.ResponseWriter, enc encoding, body []byte) int {
+	w.Header().Set("Content-Type", enc.contentType())
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body)
 	return http.StatusOK
+}
+
+func writeRaw(w http.ResponseWriter, body []byte) int { return writeBody(w, encJSON, body) }
+
+func marshalLine(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
 }
 
 // partialMetadata renders an object as PartialObjectMetadata: its metadata

@@ -19,16 +19,17 @@ import (
 )
 
 func (s *Server) serveGet(w http.ResponseWriter, r *http.Request, res *resource, info *request.RequestInfo) int {
-	enc, err := negotiate(r.Header.Get("Accept"), false)
+	errEnc := errorEncoding(r.Header.Get("Accept"))
+	enc, err := negotiateFor(res, r.Header.Get("Accept"), false)
 	if err != nil {
-		return writeError(w, err)
+		return writeErrorAs(w, errEnc, err)
 	}
 	p, err := listparams.Parse(r.URL.Query(), listparams.Get, listparams.Options{Namespace: info.Namespace, Name: info.Name})
 	if err != nil {
-		return writeError(w, err)
+		return writeErrorAs(w, errEnc, err)
 	}
 	if _, err := s.ready(r.Context(), res, p.Read); err != nil {
-		return writeError(w, err)
+		return writeErrorAs(w, errEnc, err)
 	}
 	ns := info.Namespace
 	if !res.APIResource.Namespaced {
@@ -36,18 +37,19 @@ func (s *Server) serveGet(w http.ResponseWriter, r *http.Request, res *resource,
 	}
 	o, _, err := res.Ingester.Store().Get(keyhash.Key(ns, info.Name), 0)
 	if err != nil {
-		return writeError(w, err)
+		return writeErrorAs(w, errEnc, err)
 	}
 	if o == nil {
-		return writeError(w, apierrors.NewNotFound(res.GVR.GroupResource(), info.Name))
+		return writeErrorAs(w, errEnc, apierrors.NewNotFound(res.GVR.GroupResource(), info.Name))
 	}
 	return writeObject(w, res, enc, o)
 }
 
 func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource, info *request.RequestInfo) int {
-	enc, err := negotiate(r.Header.Get("Accept"), true)
+	errEnc := errorEncoding(r.Header.Get("Accept"))
+	enc, err := negotiateFor(res, r.Header.Get("Accept"), true)
 	if err != nil {
-		return writeError(w, err)
+		return writeErrorAs(w, errEnc, err)
 	}
 	ns := info.Namespace
 	if !res.APIResource.Namespaced {
@@ -57,11 +59,11 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource
 		Namespace: ns, ConvertFieldLabel: res.Entry.Fields.ConvertFieldLabel,
 	})
 	if err != nil {
-		return writeError(w, err)
+		return writeErrorAs(w, errEnc, err)
 	}
 	snapshotRV, err := s.ready(r.Context(), res, p.Read)
 	if err != nil {
-		return writeError(w, err)
+		return writeErrorAs(w, errEnc, err)
 	}
 	limit := p.Limit
 	if p.ResourceVersion == "0" && res.Ingester.UpstreamUncached() && p.ListOptions.Limit > 0 {
@@ -80,10 +82,10 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource
 	if errors.As(err, &expired) && p.ContinueKey != "" {
 		// The token's snapshot left the history window: the apiserver's
 		// 410 with a token that continues inconsistently at the latest RV.
-		return writeError(w, continuetoken.Expired(p.ContinueKey))
+		return writeErrorAs(w, errEnc, continuetoken.Expired(p.ContinueKey))
 	}
 	if err != nil {
-		return writeError(w, err)
+		return writeErrorAs(w, errEnc, err)
 	}
 	meta := metav1.ListMeta{ResourceVersion: formatRV(result.RV), RemainingItemCount: result.RemainingItemCount}
 	if result.ContinueKey != "" {

@@ -21,19 +21,26 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
+	encoding_ "github.com/cachetier/cachetier/cache-server/internal/encoding"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/upstream"
+	"github.com/cachetier/cachetier/cache-server/internal/watch"
 )
 
 // Resource is one cached resource as the front serves it.
 type Resource struct {
 	Entry    catalog.Entry
 	Ingester *upstream.Ingester
+	// Hub fans the resource's changes out to watchers.
+	Hub *watch.Hub
 }
 
 // Options configure a Server.
 type Options struct {
 	Resources []Resource
+	// ProtobufCacheBytes bounds the cache of protobuf encodings of stored
+	// objects (0: encoding.DefaultCacheBytes).
+	ProtobufCacheBytes int64
 	// FreshnessTimeout bounds a consistent read's wait for the cache
 	// (504 after it, as the apiserver's watch cache does after 3s).
 	FreshnessTimeout time.Duration
@@ -58,6 +65,10 @@ type Server struct {
 
 type resource struct {
 	Resource
+	// protobuf converts stored JSON to protobuf, caching per stored object
+	// within a byte budget shared by all resources of the server (see
+	// package encoding for how memory stays bounded).
+	protobuf    *encoding_.Protobuf
 	GVR         schema.GroupVersionResource
 	APIResource metav1.APIResource
 	label       string // metrics label
@@ -70,9 +81,14 @@ func New(opts Options) *Server {
 		resources: map[schema.GroupVersionResource]*resource{},
 		infos:     &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")},
 	}
+	budget := opts.ProtobufCacheBytes
+	if budget == 0 {
+		budget = encoding_.DefaultCacheBytes
+	}
+	pb := encoding_.NewProtobuf(budget)
 	var list []*resource
 	for _, r := range opts.Resources {
-		res := &resource{Resource: r, GVR: r.Entry.Resource.GVR, APIResource: r.Entry.APIResource, label: r.Entry.Resource.String()}
+		res := &resource{Resource: r, protobuf: pb, GVR: r.Entry.Resource.GVR, APIResource: r.Entry.APIResource, label: r.Entry.Resource.String()}
 		s.resources[res.GVR] = res
 		list = append(list, res)
 	}
@@ -134,7 +150,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "list":
 		code = s.serveList(w, req, res, info)
 	case "watch":
-		code = writeError(w, readOnlyWatchPending(res.label))
+		code = s.serveWatch(w, req, res, info, start)
 	default:
 		code = writeError(w, readOnly(info.Verb, res.label))
 	}

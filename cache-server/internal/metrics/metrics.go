@@ -21,6 +21,13 @@ type Metrics struct {
 	ShardObjects     *prometheus.GaugeVec     // resource, shard
 	ShardBytes       *prometheus.GaugeVec     // resource, shard
 	ShardAppliedRV   *prometheus.GaugeVec     // resource, shard
+
+	WatchersActive     *prometheus.GaugeVec     // resource
+	WatchEvents        *prometheus.CounterVec   // resource, type: events sent to watchers
+	WatchersTerminated *prometheus.CounterVec   // resource, reason: watchers closed by the tier
+	WatchListInitial   *prometheus.HistogramVec // resource: request start to initial-events-end bookmark
+	WatchBufferFill    *prometheus.HistogramVec // resource: watcher lag / buffer size when it reads
+	WatchDelivery      *prometheus.HistogramVec // resource: event received from upstream to written to a watcher
 }
 
 // New creates the metrics and registers them on reg.
@@ -76,7 +83,35 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "cachetier_shard_applied_resource_version",
 			Help: "The resourceVersion each hash shard has applied.",
 		}, []string{"resource", "shard"}),
+		WatchersActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cachetier_watchers",
+			Help: "Active watches served by the tier.",
+		}, []string{"resource"}),
+		WatchEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cachetier_watch_events_total",
+			Help: "Watch events written to clients, by type (including initial events and bookmarks).",
+		}, []string{"resource", "type"}),
+		WatchersTerminated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cachetier_watchers_terminated_total",
+			Help: "Watches closed by the tier because the client could not keep up (reason slow).",
+		}, []string{"resource", "reason"}),
+		WatchListInitial: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cachetier_watch_list_initial_events_seconds",
+			Help:    "Time from a watch-list request's arrival to its initial-events-end bookmark.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
+		}, []string{"resource"}),
+		WatchBufferFill: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cachetier_watch_buffer_fill_ratio",
+			Help:    "How full a watcher's buffer was (events behind the head / buffer size) when it read events.",
+			Buckets: []float64{0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1},
+		}, []string{"resource"}),
+		WatchDelivery: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cachetier_watch_delivery_seconds",
+			Help:    "Time from receiving an event from the apiserver to writing it to a watcher.",
+			Buckets: []float64{.0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"resource"}),
 	}
+	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
 	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes,
 		m.UpstreamEvents, m.UpstreamRelists, m.UpstreamRV, m.UpstreamLatestRV,
 		m.ShardObjects, m.ShardBytes, m.ShardAppliedRV)

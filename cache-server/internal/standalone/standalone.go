@@ -29,6 +29,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
 	"github.com/cachetier/cachetier/cache-server/internal/upstream"
+	"github.com/cachetier/cachetier/cache-server/internal/watch"
 )
 
 // MinHistoryWindow is the apiserver's own watch-cache history: a shorter
@@ -135,6 +136,15 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	host := upstreamCfg.Host
+	// One namespace watch per tier, shared by every resource with a
+	// namespaceSelector.
+	var namespaces *upstream.NamespaceWatcher
+	for _, e := range entries {
+		if e.NamespaceSelector != nil && namespaces == nil {
+			namespaces = upstream.NewNamespaceWatcher(kc)
+			go namespaces.Run(ctx)
+		}
+	}
 	var resources []front.Resource
 	for _, e := range entries {
 		st, err := store.New(store.Options{Shards: settings.HashShards, HistoryWindow: settings.HistoryWindow})
@@ -142,12 +152,18 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		fieldsOf := fieldsFunc(e)
+		hub := watch.New(watch.Options{
+			Resource: e.Resource.String(), Store: st, Metrics: m, Log: cfg.Log,
+			HistoryWindow: settings.HistoryWindow,
+		})
 		ing := upstream.New(upstream.Options{
 			Resource: e.Resource, Host: host, Client: httpClient, Store: st,
 			Fields: fieldsOf, Metrics: m, Log: cfg.Log,
+			OnEvents: hub.Publish, OnRelist: hub.Relist, OnProgress: hub.Progress,
+			Namespaces: namespaceFilter(e, namespaces),
 		})
 		go ing.Run(ctx)
-		resources = append(resources, front.Resource{Entry: e, Ingester: ing})
+		resources = append(resources, front.Resource{Entry: e, Ingester: ing, Hub: hub})
 		cfg.Log.Info("caching resource", "resource", e.Resource.String(), "kind", e.Resource.Kind,
 			"namespaced", e.Resource.Namespaced, "custom", e.Custom, "hashShards", settings.HashShards)
 	}
@@ -177,6 +193,11 @@ func Run(ctx context.Context, cfg Config) error {
 	cfg.Log.Info("serving", "address", cfg.Listener.Addr().String(), "pathPrefix", prefix, "resources", len(resources))
 	select {
 	case <-ctx.Done():
+		// End watch streams first: Shutdown waits for active requests and
+		// never interrupts a watch on its own.
+		for _, r := range resources {
+			r.Hub.Close()
+		}
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
@@ -187,6 +208,14 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return err
 	}
+}
+
+// namespaceFilter is the ingestion filter of an entry's namespaceSelector.
+func namespaceFilter(e catalog.Entry, w *upstream.NamespaceWatcher) *upstream.NamespaceFilter {
+	if e.NamespaceSelector == nil {
+		return nil
+	}
+	return &upstream.NamespaceFilter{Selector: e.NamespaceSelector, Namespaces: w}
 }
 
 func fieldsFunc(e catalog.Entry) upstream.FieldsFunc {

@@ -41,6 +41,14 @@ type Options struct {
 	// OnEvents receives every change applied to the store, in RV order
 	// (watch fan-out). May be nil.
 	OnEvents func([]store.Event)
+	// OnRelist, when set, receives a relist's difference (possibly empty)
+	// and its RV instead of OnEvents; the first call is the initial load.
+	OnRelist func(events []store.Event, rv uint64)
+	// OnProgress receives upstream progress without changes (bookmarks).
+	OnProgress func(rv uint64)
+	// Namespaces, when set, keeps only objects in namespaces matching the
+	// profile's namespaceSelector (see NamespaceFilter).
+	Namespaces *NamespaceFilter
 }
 
 // Ingester keeps a store in sync with one upstream resource.
@@ -67,6 +75,11 @@ type Ingester struct {
 	bookmarkless atomic.Bool
 	// latestRV is the newest RV the apiserver reported (RV fetches).
 	latestRV atomic.Uint64
+
+	// ns is the namespace filter's state (guarded by gate); nsList reads
+	// one namespace (a field so tests can replace it).
+	ns     nsState
+	nsList func(ctx context.Context, ns string) ([]*store.Object, uint64, error)
 }
 
 // New returns an ingester; call Run to start it.
@@ -75,6 +88,8 @@ func New(opts Options) *Ingester {
 	in.rvFetch.fn = in.fetchCurrentRV
 	in.probe.fn = in.runProbe
 	in.bookmarkless.Store(UncachedByDefault(opts.Resource.GVR.GroupResource()))
+	in.ns = nsState{admitted: map[string]bool{}, pending: map[string]*nsBuffer{}, queue: make(chan string, 1024)}
+	in.nsList = in.listNamespace
 	return in
 }
 
@@ -108,6 +123,15 @@ func (in *Ingester) AppliedRV() uint64 {
 // Run ingests until ctx is done.
 func (in *Ingester) Run(ctx context.Context) {
 	log := in.opts.Log.WithValues("resource", in.res)
+	if f := in.opts.Namespaces; f != nil {
+		f.Namespaces.Subscribe(in.enqueueNamespace)
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.Namespaces.Synced():
+		}
+		go in.runNamespaceSync(ctx)
+	}
 	needList, reason := true, "startup"
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
@@ -341,6 +365,9 @@ func (in *Ingester) apply(ev store.Event) error {
 	if ev.RV <= in.applied {
 		return nil // already applied from another stream
 	}
+	if in.filterEventLocked(ev) {
+		return nil // outside the namespaceSelector
+	}
 	if err := in.opts.Store.Apply(ev); err != nil {
 		return err
 	}
@@ -359,6 +386,9 @@ func (in *Ingester) markProgress(rv uint64) {
 	}
 	in.opts.Store.MarkProgress(rv)
 	in.advanceLocked(rv)
+	if in.opts.OnProgress != nil {
+		in.opts.OnProgress(rv)
+	}
 }
 
 // replace installs a full state read at rv (start-up or relist after 410).
@@ -372,12 +402,15 @@ func (in *Ingester) replace(objs []*store.Object, rv uint64) error {
 		// same apiserver; refuse rather than move the cache backwards.
 		return fmt.Errorf("relist of %s returned RV %d older than applied RV %d", in.res, rv, in.applied)
 	}
+	objs = in.filterReplaceLocked(objs)
 	events, err := in.opts.Store.Replace(objs, rv)
 	if err != nil {
 		return err
 	}
 	in.advanceLocked(rv)
-	if in.opts.OnEvents != nil && len(events) > 0 {
+	if in.opts.OnRelist != nil {
+		in.opts.OnRelist(events, rv)
+	} else if in.opts.OnEvents != nil && len(events) > 0 {
 		in.opts.OnEvents(events)
 	}
 	if !in.isSynced {

@@ -1,0 +1,232 @@
+// Package encoding turns stored objects (JSON bytes, see package store) into
+// the kube-apiserver's protobuf wire format.
+//
+// The apiserver answers a client asking for application/vnd.kubernetes.protobuf
+// with the "k8s\x00" magic followed by a runtime.Unknown whose TypeMeta names
+// the kind and whose Raw is the object's generated protobuf message. A list is
+// the same envelope around <Kind>List{metadata = 1: ListMeta, items = 2:
+// repeated <Kind>}, so a list is assembled from per-object messages without
+// building a typed list.
+//
+// Converting an object (JSON -> typed Go object via client-go's scheme ->
+// protobuf) costs about as much as the apiserver's own encoding, so it is done
+// lazily and the result is cached per stored object. The cache is bounded by
+// bytes (LRU) and keyed by a weak pointer to the *store.Object: stored objects
+// are immutable and shared by snapshots, so a pointer identifies one state of
+// one object, and the cache neither keeps objects alive nor outlives them
+// (an entry is dropped when its object is garbage collected).
+package encoding
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/cachetier/cachetier/cache-server/internal/store"
+)
+
+// ProtobufMediaType is the apiserver's protobuf media type.
+const ProtobufMediaType = "application/vnd.kubernetes.protobuf"
+
+// magic starts every protobuf-encoded Kubernetes object.
+var magic = []byte{0x6b, 0x38, 0x73, 0x00}
+
+// DefaultCacheBytes bounds the protobuf cache when no size is configured.
+const DefaultCacheBytes = 256 << 20
+
+// Protobuf converts and caches. It is safe for concurrent use.
+type Protobuf struct {
+	decoder runtime.Decoder
+	cache   *lru
+}
+
+// NewProtobuf returns a converter whose cache holds at most maxBytes of
+// encoded objects (plus a fixed per-entry overhead); <= 0 disables caching.
+func NewProtobuf(maxBytes int64) *Protobuf {
+	return &Protobuf{
+		decoder: jsonserializer.NewSerializerWithOptions(jsonserializer.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, jsonserializer.SerializerOptions{}),
+		cache:   newLRU(maxBytes),
+	}
+}
+
+// Supports reports whether objects of gvk have a protobuf encoding: the
+// built-in types client-go knows. Custom resources never do.
+func Supports(gvk schema.GroupVersionKind) bool {
+	if !scheme.Scheme.Recognizes(gvk) {
+		return false
+	}
+	obj, err := scheme.Scheme.New(gvk)
+	if err != nil {
+		return false
+	}
+	_, ok := obj.(marshaler)
+	return ok
+}
+
+type marshaler interface {
+	Marshal() ([]byte, error)
+}
+
+// Variants of an object's encoding kept in the cache.
+const (
+	variantObject   uint8 = iota // the typed object's message
+	variantMetadata              // PartialObjectMetadata's message
+)
+
+// Object returns the protobuf message of o as a gvk (no envelope).
+func (p *Protobuf) Object(gvk schema.GroupVersionKind, o *store.Object) ([]byte, error) {
+	if b, ok := p.cache.get(o, variantObject); ok {
+		return b, nil
+	}
+	into, err := scheme.Scheme.New(gvk)
+	if err != nil {
+		return nil, fmt.Errorf("protobuf: %s: %w", gvk, err)
+	}
+	obj, _, err := p.decoder.Decode(o.Raw, nil, into)
+	if err != nil {
+		return nil, fmt.Errorf("protobuf: decode %s %s: %w", gvk.Kind, o.Key, err)
+	}
+	m, ok := obj.(marshaler)
+	if !ok {
+		return nil, fmt.Errorf("protobuf: %s has no protobuf encoding", gvk)
+	}
+	b, err := m.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("protobuf: encode %s %s: %w", gvk.Kind, o.Key, err)
+	}
+	p.cache.put(o, variantObject, b)
+	return b, nil
+}
+
+// Metadata returns the protobuf message of o as a PartialObjectMetadata (no
+// envelope). It works for any object, custom resources included, as the
+// apiserver's metadata-only protobuf answers do.
+func (p *Protobuf) Metadata(o *store.Object) ([]byte, error) {
+	if b, ok := p.cache.get(o, variantMetadata); ok {
+		return b, nil
+	}
+	var m metav1.PartialObjectMetadata
+	if err := json.Unmarshal(o.Raw, &m); err != nil {
+		return nil, fmt.Errorf("protobuf: decode metadata of %s: %w", o.Key, err)
+	}
+	m.TypeMeta = metav1.TypeMeta{}
+	b, err := m.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	p.cache.put(o, variantMetadata, b)
+	return b, nil
+}
+
+// CacheStats reports the cache's entries and bytes.
+func (p *Protobuf) CacheStats() (entries int, bytes int64) { return p.cache.stats() }
+
+// Envelope wraps one message (an object, a list, a Status) as the apiserver
+// sends it: magic + runtime.Unknown{TypeMeta{apiVersion, kind}, Raw: msg}.
+func Envelope(apiVersion, kind string, msg []byte) []byte {
+	tm := typeMeta(apiVersion, kind)
+	out := make([]byte, 0, len(magic)+envelopeOverhead(len(tm), len(msg))+len(msg))
+	out = append(out, magic...)
+	out = appendUnknownHead(out, tm, len(msg))
+	out = append(out, msg...)
+	return appendUnknownTail(out)
+}
+
+// List is the enveloped protobuf encoding of a list of kind listKind: meta
+// and items are messages (ListMeta and one per item), as from Object or
+// Metadata and metav1.ListMeta.Marshal.
+func List(apiVersion, listKind string, meta []byte, items [][]byte) []byte {
+	body := 1 + uvarintLen(uint64(len(meta))) + len(meta)
+	for _, it := range items {
+		body += 1 + uvarintLen(uint64(len(it))) + len(it)
+	}
+	tm := typeMeta(apiVersion, listKind)
+	out := make([]byte, 0, len(magic)+envelopeOverhead(len(tm), body)+body)
+	out = append(out, magic...)
+	out = appendUnknownHead(out, tm, body)
+	out = append(out, 0x0a) // field 1 (metadata), length-delimited
+	out = binary.AppendUvarint(out, uint64(len(meta)))
+	out = append(out, meta...)
+	for _, it := range items {
+		out = append(out, 0x12) // field 2 (items), length-delimited
+		out = binary.AppendUvarint(out, uint64(len(it)))
+		out = append(out, it...)
+	}
+	return appendUnknownTail(out)
+}
+
+// Status is a Status in the protobuf envelope, as the apiserver sends errors
+// to protobuf clients.
+func Status(st metav1.Status) []byte {
+	st.TypeMeta = metav1.TypeMeta{}
+	b, err := st.Marshal()
+	if err != nil {
+		// Status has no field that can fail to marshal.
+		panic(err)
+	}
+	return Envelope("v1", "Status", b)
+}
+
+// WatchFrame is one event of a protobuf watch stream: a 4-byte big-endian
+// length, then a metav1.WatchEvent{type, object: RawExtension{raw: object}}
+// without envelope (the apiserver's stream serializer is the raw protobuf
+// serializer); object is the enveloped object (Envelope).
+func WatchFrame(eventType string, object []byte) []byte {
+	var ev []byte
+	ev = append(ev, 0x0a)
+	ev = binary.AppendUvarint(ev, uint64(len(eventType)))
+	ev = append(ev, eventType...)
+	// RawExtension{raw = 1}
+	rawExt := 1 + uvarintLen(uint64(len(object))) + len(object)
+	ev = append(ev, 0x12)
+	ev = binary.AppendUvarint(ev, uint64(rawExt))
+	ev = append(ev, 0x0a)
+	ev = binary.AppendUvarint(ev, uint64(len(object)))
+	ev = append(ev, object...)
+	out := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(ev)), uint32(len(ev)))
+	return append(out, ev...)
+}
+
+// typeMeta is runtime.TypeMeta{apiVersion = 1, kind = 2} as a message.
+func typeMeta(apiVersion, kind string) []byte {
+	b := make([]byte, 0, 4+len(apiVersion)+len(kind))
+	b = append(b, 0x0a)
+	b = binary.AppendUvarint(b, uint64(len(apiVersion)))
+	b = append(b, apiVersion...)
+	b = append(b, 0x12)
+	b = binary.AppendUvarint(b, uint64(len(kind)))
+	return append(b, kind...)
+}
+
+// appendUnknownHead writes runtime.Unknown's typeMeta (1) and the header of
+// raw (2); the caller appends rawLen bytes, then appendUnknownTail.
+func appendUnknownHead(out, tm []byte, rawLen int) []byte {
+	out = append(out, 0x0a)
+	out = binary.AppendUvarint(out, uint64(len(tm)))
+	out = append(out, tm...)
+	out = append(out, 0x12)
+	return binary.AppendUvarint(out, uint64(rawLen))
+}
+
+// appendUnknownTail writes the empty contentEncoding (3) and contentType (4)
+// that runtime.Unknown always carries.
+func appendUnknownTail(out []byte) []byte { return append(out, 0x1a, 0x00, 0x22, 0x00) }
+
+func envelopeOverhead(tmLen, rawLen int) int {
+	return 1 + uvarintLen(uint64(tmLen)) + tmLen + 1 + uvarintLen(uint64(rawLen)) + 4
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}

@@ -1,0 +1,290 @@
+package front
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/cachetier/cachetier/cache-server/internal/listparams"
+	"github.com/cachetier/cachetier/cache-server/internal/store"
+	"github.com/cachetier/cachetier/cache-server/internal/watch"
+)
+
+// initialEventsEnd is the annotation on the bookmark that ends a watch-list's
+// initial events (metav1.InitialEventsAnnotationKey).
+const initialEventsEnd = metav1.InitialEventsAnnotationKey
+
+// minRequestTimeout is kube-apiserver's --min-request-timeout default: a
+// watch without timeoutSeconds lasts between one and two times it.
+const minRequestTimeout = 1800 * time.Second
+
+// serveWatch serves a WATCH with kube-apiserver's semantics (KEP-2340 watch
+// table, KEP-3157 watch-list) from the resource's hub.
+//
+// As in the apiserver, errors found while parsing the request are HTTP
+// errors; once the request is accepted, problems establishing the stream
+// (a freshness wait that times out, an RV older than the history) are a
+// single in-stream ERROR event on a 200 response (cacher newErrWatcher).
+func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resource, info *request.RequestInfo, start time.Time) int {
+	enc, err := negotiateFor(res, r.Header.Get("Accept"), false)
+	if err != nil {
+		return writeErrorAs(w, enc, err)
+	}
+	ns := info.Namespace
+	if !res.APIResource.Namespaced {
+		ns = ""
+	}
+	p, err := listparams.Parse(r.URL.Query(), listparams.Watch, listparams.Options{
+		Namespace: ns, Name: info.Name, ConvertFieldLabel: res.Entry.Fields.ConvertFieldLabel,
+	})
+	if err != nil {
+		return writeError(w, err)
+	}
+	if res.Hub == nil {
+		return writeError(w, notFound())
+	}
+	// The cacher refuses watches with 429 while it (re)initializes.
+	if _, err := s.ready(r.Context(), res, listparams.Read{Mode: listparams.ReadAny}); err != nil {
+		return writeError(w, err)
+	}
+
+	timeout := time.Duration(0)
+	if p.TimeoutSeconds != nil {
+		timeout = time.Duration(*p.TimeoutSeconds) * time.Second
+	}
+	if timeout == 0 {
+		timeout = time.Duration(float64(minRequestTimeout) * (rand.Float64() + 1))
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+
+	rc := http.NewResponseController(w)
+	// The hub may terminate the watcher from another goroutine; the
+	// response writer must not be touched once this handler returned.
+	var rcMu sync.Mutex
+	handlerDone := false
+	defer func() {
+		rcMu.Lock()
+		handlerDone = true
+		rcMu.Unlock()
+	}()
+	wreq := watch.Request{
+		Namespace:      ns,
+		Match:          p.Matcher(),
+		AllowBookmarks: p.AllowWatchBookmarks,
+		Deadline:       deadline,
+		OnTerminate: func() {
+			// Unblock a write stuck on a client that does not read.
+			rcMu.Lock()
+			if !handlerDone {
+				_ = rc.SetWriteDeadline(time.Now())
+			}
+			rcMu.Unlock()
+			cancel()
+		},
+	}
+	var setupErr error
+	if p.InitialEvents {
+		// Watch-list (or legacy RV=""/"0" watch): the snapshot must be as
+		// fresh as the request asks, exactly like a LIST.
+		if _, err := s.ready(ctx, res, p.Read); err != nil {
+			setupErr = err
+		} else if err := res.Hub.WaitFor(ctx, res.Ingester.AppliedRV()); err != nil {
+			setupErr = err
+		}
+		wreq.InitialEvents = true
+	} else {
+		switch p.Read.Mode {
+		case listparams.ReadExact:
+			wreq.From = p.Read.RV
+		case listparams.ReadConsistent:
+			// "Read etcd RV. Watch stream from it."
+			fctx, fcancel := s.freshnessContext(ctx)
+			rv, err := res.Ingester.CurrentRV(fctx)
+			fcancel()
+			if err != nil {
+				setupErr = &store.TooLargeResourceVersionError{Current: res.Ingester.AppliedRV(), Err: err}
+			}
+			wreq.From = rv
+			if rv == 0 {
+				wreq.From = res.Hub.LastRV()
+			}
+		default: // ReadAny: from the current RV of the cache
+		}
+	}
+	var watcher *watch.Watcher
+	if setupErr == nil {
+		watcher, setupErr = res.Hub.Watch(wreq)
+	}
+
+	ww := &watchWriter{s: s, w: w, rc: rc, res: res, enc: enc}
+	ct := enc.contentType()
+	if enc.isProtobuf() {
+		ct += ";stream=watch"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.WriteHeader(http.StatusOK)
+	_ = rc.Flush()
+	if setupErr != nil {
+		if errors.Is(setupErr, context.Canceled) && r.Context().Err() != nil {
+			return http.StatusOK
+		}
+		_ = ww.writeError(setupErr)
+		_ = rc.Flush()
+		return http.StatusOK
+	}
+	defer watcher.Stop()
+
+	if p.InitialEvents {
+		n := 0
+		var werr error
+		err := watcher.Initial(func(o *store.Object) bool {
+			if werr = ww.writeEvent(watch.Out{Type: "ADDED", Object: o, RV: o.RV}); werr != nil {
+				return false
+			}
+			n++
+			return true
+		})
+		if err != nil || werr != nil {
+			if err != nil && werr == nil && !errors.Is(err, watch.ErrTerminated) {
+				_ = ww.writeError(err)
+			}
+			return http.StatusOK
+		}
+		watcher.InitialDone()
+		if p.InitialEventsEndBookmark {
+			if err := ww.writeBookmark(watcher.SnapshotRV, true); err != nil {
+				return http.StatusOK
+			}
+			s.opts.Metrics.WatchListInitial.WithLabelValues(res.label).Observe(time.Since(start).Seconds())
+		}
+		if err := rc.Flush(); err != nil {
+			return http.StatusOK
+		}
+	}
+
+	var out []watch.Out
+	for {
+		out, err = watcher.Next(ctx.Done(), out[:0])
+		for _, o := range out {
+			if o.Type == "BOOKMARK" {
+				err = ww.writeBookmark(o.RV, false)
+			} else {
+				err = ww.writeEvent(o)
+			}
+			if err != nil {
+				return http.StatusOK
+			}
+		}
+		if len(out) > 0 {
+			if rc.Flush() != nil {
+				return http.StatusOK
+			}
+			now := time.Now()
+			for _, o := range out {
+				if !o.Received.IsZero() {
+					s.opts.Metrics.WatchDelivery.WithLabelValues(res.label).Observe(now.Sub(o.Received).Seconds())
+				}
+			}
+		}
+		if err != nil || ctx.Err() != nil {
+			// Terminated (too slow: the client re-watches from its last
+			// RV) or the watch's time is up: end the stream cleanly.
+			return http.StatusOK
+		}
+	}
+}
+
+// watchWriter frames events as the apiserver's watch stream: one
+// {"type":…,"object":…} JSON document per line, or length-prefixed protobuf
+// WatchEvents (framing and object encodings from encode.go).
+type watchWriter struct {
+	s   *Server
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	res *resource
+	enc encoding
+	// tableHeaderSent: only the first Table carries column definitions,
+	// as the apiserver's watch embedded encoder does (NoHeaders after it).
+	tableHeaderSent bool
+}
+
+func (ww *watchWriter) frame(typ string, obj []byte) error {
+	_, err := ww.w.Write(watchFrame(ww.enc, typ, obj))
+	if err == nil {
+		ww.s.opts.Metrics.WatchEvents.WithLabelValues(ww.res.label, typ).Inc()
+	}
+	return err
+}
+
+func (ww *watchWriter) writeEvent(o watch.Out) error {
+	obj := o.Object
+	if o.RewriteRV {
+		raw, err := watch.WithResourceVersion(obj.Raw, o.RV)
+		if err != nil {
+			return err
+		}
+		cp := *obj
+		cp.Raw = raw
+		cp.RV = o.RV
+		obj = &cp
+	}
+	data, err := ww.encodeObject(obj)
+	if err != nil {
+		return err
+	}
+	return ww.frame(o.Type, data)
+}
+
+func (ww *watchWriter) encodeObject(o *store.Object) ([]byte, error) {
+	if ww.enc == encTable {
+		t, err := table(ww.res, metav1.ListMeta{}, []*store.Object{o})
+		if err != nil {
+			return nil, err
+		}
+		if ww.tableHeaderSent {
+			t.ColumnDefinitions = nil
+		}
+		ww.tableHeaderSent = true
+		return json.Marshal(t)
+	}
+	return encodeObject(ww.res, ww.enc, o)
+}
+
+// writeBookmark writes a BOOKMARK whose object is the resource's kind (or
+// PartialObjectMetadata) with only metadata.resourceVersion and, at the end
+// of a watch-list's initial events, the k8s.io/initial-events-end
+// annotation.
+func (ww *watchWriter) writeBookmark(rv uint64, initialEnd bool) error {
+	var b bytes.Buffer
+	b.WriteString(`{"kind":` + strconv.Quote(ww.res.APIResource.Kind) + `,"apiVersion":` + strconv.Quote(ww.res.GVR.GroupVersion().String()) + `,"metadata":{"resourceVersion":` + strconv.Quote(formatRV(rv)))
+	if initialEnd {
+		b.WriteString(`,"annotations":{` + strconv.Quote(initialEventsEnd) + `:"true"}`)
+	}
+	b.WriteString(`}}`)
+	o := &store.Object{Raw: b.Bytes(), RV: rv}
+	var data []byte
+	var err error
+	if ww.enc == encJSON {
+		data = o.Raw
+	} else if data, err = ww.encodeObject(o); err != nil {
+		return err
+	}
+	return ww.frame("BOOKMARK", data)
+}
+
+// writeError writes the in-stream ERROR event with the error's Status.
+func (ww *watchWriter) writeError(err error) error {
+	st := toStatus(err)
+	return ww.frame("ERROR", encodeStatus(ww.enc, st))
+}
