@@ -1,0 +1,633 @@
+package watch
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	clientfeatures "k8s.io/client-go/features"
+	clientfeaturestesting "k8s.io/client-go/features/testing"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+var cmGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
+type rawEvent struct {
+	Type   string          `json:"type"`
+	Object json.RawMessage `json:"object"`
+}
+
+type evMeta struct {
+	Kind     string `json:"kind"`
+	Metadata struct {
+		Name            string            `json:"name"`
+		Namespace       string            `json:"namespace"`
+		ResourceVersion string            `json:"resourceVersion"`
+		Annotations     map[string]string `json:"annotations"`
+		Labels          map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Code    int    `json:"code"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+func (e rawEvent) meta() evMeta {
+	var m evMeta
+	_ = json.Unmarshal(e.Object, &m)
+	return m
+}
+
+// openWatch starts a raw watch and returns its events on a channel
+// (closed when the stream ends) and the HTTP status.
+func openWatch(t *testing.T, ctx context.Context, cfg *rest.Config, path string, q url.Values, accept string) (<-chan rawEvent, int) {
+	t.Helper()
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := strings.TrimRight(cfg.Host, "/") + cfg.APIPath + path + "?" + q.Encode()
+	if cfg.APIPath == "" {
+		u = strings.TrimRight(cfg.Host, "/") + path + "?" + q.Encode()
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan rawEvent, 10000)
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		close(ch)
+		return ch, resp.StatusCode
+	}
+	go func() {
+		defer close(ch)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		for sc.Scan() {
+			var ev rawEvent
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+				ev = rawEvent{Type: "UNPARSABLE", Object: json.RawMessage(strconv.Quote(sc.Text()))}
+			}
+			ch <- ev
+		}
+	}()
+	return ch, resp.StatusCode
+}
+
+// collect reads events until pred says stop or the timeout passes.
+func collect(ch <-chan rawEvent, timeout time.Duration, done func([]rawEvent) bool) []rawEvent {
+	var out []rawEvent
+	deadline := time.After(timeout)
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				return out
+			}
+			out = append(out, ev)
+			if done(out) {
+				return out
+			}
+		case <-deadline:
+			return out
+		}
+	}
+}
+
+func kc(t *testing.T, cfg *rest.Config) *kubernetes.Clientset {
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func describe(evs []rawEvent, withBookmarks bool) []string {
+	var out []string
+	for _, e := range evs {
+		m := e.meta()
+		if e.Type == "BOOKMARK" {
+			if withBookmarks {
+				out = append(out, fmt.Sprintf("BOOKMARK end=%s", m.Metadata.Annotations["k8s.io/initial-events-end"]))
+			}
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s %s/%s rv=%s", e.Type, m.Metadata.Namespace, m.Metadata.Name, m.Metadata.ResourceVersion))
+	}
+	return out
+}
+
+// TestCompareScriptedWatch sends the same watch requests to the apiserver
+// and the tier, runs a scripted change sequence, and compares the events.
+func TestCompareScriptedWatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	api := kc(t, env.Admin)
+	ns := nsName(0)
+	list, err := api.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv := list.ResourceVersion
+	path := "/api/v1/namespaces/" + ns + "/configmaps"
+	cases := map[string]url.Values{
+		"from-rv-selector":   {"watch": {"true"}, "resourceVersion": {rv}, "labelSelector": {"app=a"}},
+		"from-rv-all":        {"watch": {"true"}, "resourceVersion": {rv}},
+		"from-rv-field":      {"watch": {"true"}, "resourceVersion": {rv}, "fieldSelector": {"metadata.name=scripted"}},
+		"watch-list":         {"watch": {"true"}, "sendInitialEvents": {"true"}, "resourceVersionMatch": {"NotOlderThan"}, "allowWatchBookmarks": {"true"}, "labelSelector": {"app=a"}},
+		"legacy-rv0":         {"watch": {"true"}, "resourceVersion": {"0"}, "labelSelector": {"app=a"}},
+		"rv-unset-no-events": {"watch": {"true"}, "sendInitialEvents": {"false"}, "resourceVersionMatch": {"NotOlderThan"}, "labelSelector": {"app=a"}},
+	}
+	type pair struct{ api, tier <-chan rawEvent }
+	streams := map[string]pair{}
+	for name, q := range cases {
+		a, codeA := openWatch(t, ctx, env.Admin, path, q, "")
+		b, codeB := openWatch(t, ctx, env.TierAdmin, path, q, "")
+		if codeA != 200 || codeB != 200 {
+			t.Fatalf("%s: status apiserver %d tier %d", name, codeA, codeB)
+		}
+		streams[name] = pair{a, b}
+	}
+	// Let every stream deliver its initial part before changing anything.
+	time.Sleep(500 * time.Millisecond)
+	cms := api.CoreV1().ConfigMaps(ns)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "scripted", Labels: map[string]string{"app": "a"}}, Data: map[string]string{"v": "1"}}
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cm, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+	must(err)
+	cm.Data["v"] = "2"
+	cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+	must(err)
+	cm.Labels["app"] = "b" // leaves app=a: DELETED for selector watches
+	cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+	must(err)
+	cm.Labels["app"] = "a" // enters again: ADDED
+	cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+	must(err)
+	must(cms.Delete(ctx, "scripted", metav1.DeleteOptions{}))
+	marker, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "scripted-end", Labels: map[string]string{"app": "a"}}}, metav1.CreateOptions{})
+	must(err)
+	defer cms.Delete(context.Background(), "scripted-end", metav1.DeleteOptions{})
+	endRV := marker.ResourceVersion
+
+	untilEnd := func(evs []rawEvent) bool {
+		m := evs[len(evs)-1].meta()
+		return m.Metadata.ResourceVersion == endRV || (m.Metadata.Name == "scripted" && evs[len(evs)-1].Type == "DELETED" && false)
+	}
+	for name, p := range streams {
+		timeout := 10 * time.Second
+		if name == "from-rv-field" {
+			// No event for the end marker: read what arrives in a while.
+			timeout = 3 * time.Second
+		}
+		a := collect(p.api, timeout, untilEnd)
+		b := collect(p.tier, timeout, untilEnd)
+		da, db := describe(a, false), describe(b, false)
+		if name == "watch-list" || name == "legacy-rv0" {
+			// Initial events: same set, possibly in another order.
+			sort.Strings(da)
+			sort.Strings(db)
+		}
+		if strings.Join(da, "\n") != strings.Join(db, "\n") {
+			t.Errorf("%s: events differ\napiserver:\n  %s\ntier:\n  %s", name, strings.Join(da, "\n  "), strings.Join(db, "\n  "))
+		}
+		if name == "watch-list" {
+			ba, bb := bookmarks(a), bookmarks(b)
+			if ba != 1 || bb != 1 {
+				t.Errorf("watch-list: initial-events-end bookmarks apiserver %d tier %d", ba, bb)
+			}
+		}
+		if len(db) == 0 {
+			t.Errorf("%s: no events", name)
+		}
+	}
+}
+
+func bookmarks(evs []rawEvent) int {
+	n := 0
+	for _, e := range evs {
+		if e.Type == "BOOKMARK" && e.meta().Metadata.Annotations["k8s.io/initial-events-end"] == "true" {
+			n++
+			var obj map[string]any
+			_ = json.Unmarshal(e.Object, &obj)
+			if obj["kind"] != "ConfigMap" || obj["apiVersion"] != "v1" {
+				n = -100
+			}
+		}
+	}
+	return n
+}
+
+// TestWatchErrors: validation errors and the in-stream 410 compare with the
+// apiserver's.
+func TestWatchErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	path := "/api/v1/configmaps"
+	for name, q := range map[string]url.Values{
+		"initial-events-without-match": {"watch": {"true"}, "sendInitialEvents": {"true"}},
+		"exact-match":                  {"watch": {"true"}, "resourceVersion": {"1"}, "resourceVersionMatch": {"Exact"}, "sendInitialEvents": {"false"}},
+		"bad-rv":                       {"watch": {"true"}, "resourceVersion": {"abc"}},
+		"match-without-initial":        {"watch": {"true"}, "resourceVersionMatch": {"NotOlderThan"}},
+	} {
+		_, a := openWatch(t, ctx, env.Admin, path, q, "")
+		_, b := openWatch(t, ctx, env.TierAdmin, path, q, "")
+		if a != b || a == 200 {
+			t.Errorf("%s: apiserver %d, tier %d", name, a, b)
+		}
+	}
+	// Too old: the in-stream 410. The apiserver's own history reaches back
+	// to its start on this young cluster, so only the tier's answer is
+	// checked, against the cacher's shape.
+	b, _ := openWatch(t, ctx, env.TierAdmin, path, url.Values{"watch": {"true"}, "resourceVersion": {"2"}}, "")
+	eb := collect(b, 5*time.Second, func([]rawEvent) bool { return true })
+	if len(eb) != 1 || eb[0].Type != "ERROR" {
+		t.Fatalf("too old: tier %v", describe(eb, true))
+	}
+	if mb := eb[0].meta(); mb.Code != 410 || mb.Reason != "Expired" || !strings.HasPrefix(mb.Message, "too old resource version: 2 (") || mb.Kind != "Status" {
+		t.Errorf("too old: tier %+v", mb)
+	}
+	// Timeout and pre-timeout bookmark.
+	q := url.Values{"watch": {"true"}, "resourceVersion": {"0"}, "sendInitialEvents": {"false"}, "resourceVersionMatch": {"NotOlderThan"}, "allowWatchBookmarks": {"true"}, "timeoutSeconds": {"4"}}
+	start := time.Now()
+	// Watch one namespace and change another: the watcher's slice does not
+	// change, the resource's RV does, and the bookmark carries it.
+	ch, _ := openWatch(t, ctx, env.TierAdmin, "/api/v1/namespaces/"+nsName(2)+"/configmaps", q, "")
+	_, err := kc(t, env.Admin).CoreV1().ConfigMaps(nsName(3)).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "bm-" + strconv.Itoa(rand.IntN(1e6))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := collect(ch, 20*time.Second, func([]rawEvent) bool { return false })
+	if time.Since(start) > 15*time.Second {
+		t.Errorf("timeoutSeconds=4 stream lasted %s", time.Since(start))
+	}
+	if n := len(evs); n == 0 || evs[n-1].Type != "BOOKMARK" {
+		t.Errorf("want a pre-timeout bookmark last, got %v", describe(evs, true))
+	}
+}
+
+// churn runs n random creates/updates/deletes of configmaps across the
+// test namespaces against the apiserver.
+func churn(t *testing.T, ctx context.Context, n int, prefix string) {
+	api := kc(t, env.Admin)
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				ns := nsName(i % namespaces)
+				name := fmt.Sprintf("%s-%d", prefix, rand.IntN(40))
+				cms := api.CoreV1().ConfigMaps(ns)
+				var err error
+				switch rand.IntN(3) {
+				case 0:
+					_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "a"}}, Data: map[string]string{"i": strconv.Itoa(i)}}, metav1.CreateOptions{})
+				case 1:
+					var cm *corev1.ConfigMap
+					if cm, err = cms.Get(ctx, name, metav1.GetOptions{}); err == nil {
+						cm.Data = map[string]string{"i": strconv.Itoa(i)}
+						cm.Labels = map[string]string{"app": []string{"a", "b"}[i%2]}
+						_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+					}
+				case 2:
+					err = cms.Delete(ctx, name, metav1.DeleteOptions{})
+				}
+				if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsAlreadyExists(err) && !apierrors.IsConflict(err) {
+					t.Errorf("churn: %v", err)
+				}
+			}
+		}()
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
+
+func opsCount() int {
+	if s := os.Getenv("WATCH_E2E_OPS"); s != "" {
+		n, _ := strconv.Atoi(s)
+		return n
+	}
+	return 2000
+}
+
+// truth is the apiserver's configmaps, key → RV.
+func truth(t *testing.T, ctx context.Context) map[string]string {
+	list, err := kc(t, env.Admin).CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, cm := range list.Items {
+		out[cm.Namespace+"/"+cm.Name] = cm.ResourceVersion
+	}
+	return out
+}
+
+func storeState(s cache.Store) map[string]string {
+	out := map[string]string{}
+	for _, o := range s.List() {
+		m, err := metaOf(o)
+		if err == nil {
+			out[m.GetNamespace()+"/"+m.GetName()] = m.GetResourceVersion()
+		}
+	}
+	return out
+}
+
+func metaOf(o any) (metav1.Object, error) {
+	if m, ok := o.(metav1.Object); ok {
+		return m, nil
+	}
+	return nil, fmt.Errorf("not an object: %T", o)
+}
+
+func diffStates(want, got map[string]string) string {
+	var d []string
+	for k, v := range want {
+		if got[k] != v {
+			d = append(d, fmt.Sprintf("%s: want rv %s, got %q", k, v, got[k]))
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			d = append(d, fmt.Sprintf("%s: unexpected (rv %s)", k, got[k]))
+		}
+	}
+	sort.Strings(d)
+	if len(d) > 10 {
+		d = append(d[:10], fmt.Sprintf("... %d more", len(d)-10))
+	}
+	return strings.Join(d, "\n")
+}
+
+// waitSame polls until every store equals the apiserver's state.
+func waitSame(t *testing.T, ctx context.Context, stores map[string]cache.Store) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		want := truth(t, ctx)
+		bad := ""
+		for name, s := range stores {
+			if d := diffStates(want, storeState(s)); d != "" {
+				bad += name + ":\n" + d + "\n"
+			}
+		}
+		if bad == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("informer stores differ from the apiserver:\n%s", bad)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// TestInformers: typed, dynamic and metadata informers against the tier,
+// with the WatchListClient feature on and off, stay identical to the
+// apiserver through random changes.
+func TestInformers(t *testing.T) {
+	for _, watchList := range []bool{true, false} {
+		t.Run(fmt.Sprintf("WatchListClient=%v", watchList), func(t *testing.T) {
+			clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, watchList)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cfg := rest.CopyConfig(env.TierAdmin)
+			cfg.QPS, cfg.Burst = 100, 200
+			typed := informers.NewSharedInformerFactory(kc(t, cfg), 0)
+			cmInformer := typed.Core().V1().ConfigMaps()
+			lister := cmInformer.Lister()
+			typedInf := cmInformer.Informer()
+			dyn := dynamicinformer.NewDynamicSharedInformerFactory(dynamic.NewForConfigOrDie(cfg), 0)
+			dynInf := dyn.ForResource(cmGVR).Informer()
+			meta := metadatainformer.NewSharedInformerFactory(metadata.NewForConfigOrDie(cfg), 0)
+			metaInf := meta.ForResource(cmGVR).Informer()
+			typed.Start(ctx.Done())
+			dyn.Start(ctx.Done())
+			meta.Start(ctx.Done())
+			for name, inf := range map[string]cache.SharedIndexInformer{"typed": typedInf, "dynamic": dynInf, "metadata": metaInf} {
+				if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+					t.Fatalf("%s informer did not sync", name)
+				}
+			}
+			stores := map[string]cache.Store{"typed": typedInf.GetStore(), "dynamic": dynInf.GetStore(), "metadata": metaInf.GetStore()}
+			waitSame(t, ctx, stores)
+			churn(t, ctx, opsCount(), fmt.Sprintf("inf%v", watchList))
+			waitSame(t, ctx, stores)
+			// The lister reads the same store.
+			all, err := lister.List(labelsEverything())
+			if err != nil || len(all) != len(truth(t, ctx)) {
+				t.Fatalf("lister: %d items, %v", len(all), err)
+			}
+			cancel()
+			typed.Shutdown()
+			dyn.Shutdown()
+			meta.Shutdown()
+		})
+	}
+}
+
+// TestTierRestart: informers re-sync after the tier restarts mid-stream.
+func TestTierRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := rest.CopyConfig(env.TierAdmin)
+	f := informers.NewSharedInformerFactory(kc(t, cfg), 0)
+	inf := f.Core().V1().ConfigMaps().Informer()
+	var mu sync.Mutex
+	adds := map[string]int{}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) {
+			m, _ := metaOf(o)
+			mu.Lock()
+			adds[m.GetNamespace()+"/"+m.GetName()]++
+			mu.Unlock()
+		},
+		DeleteFunc: func(o any) {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			m, _ := metaOf(o)
+			mu.Lock()
+			adds[m.GetNamespace()+"/"+m.GetName()]--
+			mu.Unlock()
+		},
+	})
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("not synced")
+	}
+	churn(t, ctx, 200, "restart")
+	if err := env.RestartTier(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	churn(t, ctx, 200, "restart")
+	waitSame(t, ctx, map[string]cache.Store{"typed": inf.GetStore()})
+	// Every present object was added once more than deleted: no duplicate
+	// adds, no missed deletes.
+	want := truth(t, ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	for k, n := range adds {
+		_, present := want[k]
+		if (present && n != 1) || (!present && n != 0) {
+			t.Errorf("%s: adds-deletes = %d, present %v", k, n, present)
+		}
+	}
+}
+
+// TestControllerRuntimeCache: a controller-runtime cache backed by the tier.
+func TestControllerRuntimeCache(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	scheme := runtime.NewScheme()
+	_ = corev1.AddToScheme(scheme)
+	c, err := crcache.New(env.TierAdmin, crcache.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("controller-runtime cache did not start")
+	}
+	cl, err := crclient.New(env.TierAdmin, crclient.Options{Scheme: scheme, Cache: &crclient.CacheOptions{Reader: c}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list corev1.ConfigMapList
+	if err := cl.List(ctx, &list, crclient.InNamespace(nsName(1))); err != nil {
+		t.Fatal(err)
+	}
+	var cm corev1.ConfigMap
+	if err := cl.Get(ctx, crclient.ObjectKey{Namespace: nsName(1), Name: "seed-00"}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	api, err := kc(t, env.Admin).CoreV1().ConfigMaps(nsName(1)).Get(ctx, "seed-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm.ResourceVersion != api.ResourceVersion || len(list.Items) == 0 {
+		t.Fatalf("controller-runtime: rv %s vs %s, %d items", cm.ResourceVersion, api.ResourceVersion, len(list.Items))
+	}
+	// A change arrives through the tier's watch.
+	created, err := kc(t, env.Admin).CoreV1().ConfigMaps(nsName(1)).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "crc"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc(t, env.Admin).CoreV1().ConfigMaps(nsName(1)).Delete(context.Background(), "crc", metav1.DeleteOptions{})
+	for {
+		var got corev1.ConfigMap
+		if err := cl.Get(ctx, crclient.ObjectKey{Namespace: nsName(1), Name: "crc"}, &got); err == nil && got.ResourceVersion == created.ResourceVersion {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal("controller-runtime cache never saw the new object")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestKubectlWatch: kubectl get -w and --output-watch-events against the tier.
+func TestKubectlWatch(t *testing.T) {
+	ns := nsName(2)
+	for _, extra := range [][]string{nil, {"--output-watch-events"}} {
+		t.Run(strings.Join(append([]string{"get-w"}, extra...), " "), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			args := append([]string{"--kubeconfig", env.TierKubeconfig, "get", "configmaps", "-n", ns, "-w"}, extra...)
+			cmd := exec.CommandContext(ctx, env.CP.Kubectl(), args...)
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { cancel(); _ = cmd.Wait() }()
+			lines := make(chan string, 1000)
+			go func() {
+				sc := bufio.NewScanner(out)
+				for sc.Scan() {
+					lines <- sc.Text()
+				}
+				close(lines)
+			}()
+			waitLine := func(pred func(string) bool) string {
+				for {
+					select {
+					case l, ok := <-lines:
+						if !ok {
+							t.Fatalf("kubectl ended; stderr: %s", stderr.String())
+						}
+						if pred(l) {
+							return l
+						}
+					case <-ctx.Done():
+						t.Fatalf("timed out; stderr: %s", stderr.String())
+					}
+				}
+			}
+			waitLine(func(l string) bool { return strings.Contains(l, "seed-19") })
+			name := fmt.Sprintf("kubectl-%d", rand.IntN(1e6))
+			api := kc(t, env.Admin).CoreV1().ConfigMaps(ns)
+			if _, err := api.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			l := waitLine(func(l string) bool { return strings.Contains(l, name) })
+			if extra != nil && !strings.HasPrefix(l, "ADDED") {
+				t.Errorf("want ADDED, got %q", l)
+			}
+			if err := api.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if extra != nil {
+				waitLine(func(l string) bool { return strings.HasPrefix(l, "DELETED") && strings.Contains(l, name) })
+			}
+		})
+	}
+}
+
+func labelsEverything() labels.Selector { return labels.Everything() }
