@@ -19,13 +19,20 @@ all: build
 ##@ Main jobs
 
 .PHONY: run
-run: controlplane ## Start a local control plane (and, as it grows, the tier with sample data); Ctrl-C stops it.
+run: controlplane ## Start a local control plane with sample data and the tier behind the aggregator; Ctrl-C stops it.
 	go build -o $(BIN)/localcluster ./hack/localcluster
-	$(BIN)/localcluster
+	go build -o $(BIN)/cache-server ./cache-server
+	$(BIN)/localcluster --cache-server $(BIN)/cache-server
 
 .PHONY: test
 test: controlplane vet ## Everything CI runs: unit, fuzz seed corpora, integration tests against a real apiserver.
 	go test $(GO_TEST_FLAGS) ./...
+
+BENCH_FLAGS ?=
+
+.PHONY: bench
+bench: controlplane ## LIST benchmark: the tier and the real kube-apiserver side by side on the same data (see docs/benchmarks.md).
+	go run ./hack/bench $(BENCH_FLAGS)
 
 ##@ Build
 

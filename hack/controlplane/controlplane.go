@@ -266,12 +266,28 @@ func (cp *ControlPlane) startAPIServer(port int, etcdURL string, f pkiFiles, ext
 // child gets its own process group (so Stop can signal everything it forked)
 // and SIGKILL when the parent dies, so a crashed test leaves no orphans.
 func (cp *ControlPlane) spawn(name string, args ...string) (*process, error) {
+	return cp.spawnBinary(name, filepath.Join(cp.BinDir, name), args...)
+}
+
+// StartProcess runs another binary (an aggregated server such as the
+// cache-server) as part of the control plane: its output goes to
+// <Dir>/<name>.log, it dies with this process (no orphans), and Stop
+// terminates it before the apiserver and etcd. Exited reports its end.
+func (cp *ControlPlane) StartProcess(name, binary string, args ...string) (exited <-chan struct{}, logPath string, err error) {
+	p, err := cp.spawnBinary(name, binary, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	return p.done, p.log, nil
+}
+
+func (cp *ControlPlane) spawnBinary(name, binary string, args ...string) (*process, error) {
 	logPath := filepath.Join(cp.Dir, name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(cp.BinDir, name), args...)
+	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -1,5 +1,8 @@
-// Command localcluster is `make run`: it starts a real etcd and kube-apiserver
-// on loopback (see hack/controlplane), prints how to reach them, and tears
+// Command localcluster is `make run`: it starts a real etcd and
+// kube-apiserver on loopback (see hack/controlplane), seeds sample data
+// (hack/sampledata), starts the cache tier as a real `cache-server
+// standalone` process registered with the aggregation layer by an
+// APIService (see hack/tierproc), prints how to reach both, and tears
 // everything down on Ctrl-C.
 package main
 
@@ -12,8 +15,12 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
+	"github.com/cachetier/cachetier/api/v1alpha1"
 	"github.com/cachetier/cachetier/hack/controlplane"
+	"github.com/cachetier/cachetier/hack/sampledata"
+	"github.com/cachetier/cachetier/hack/tierproc"
 )
 
 func main() {
@@ -26,6 +33,10 @@ func main() {
 func run() error {
 	port := flag.Int("port", 6443, "apiserver secure port on 127.0.0.1 (0 picks a free one; 6443 falls back to a free port when taken)")
 	dir := flag.String("dir", "", "working directory (default: a temporary directory, removed on exit)")
+	cacheServer := flag.String("cache-server", "", "cache-server binary (default: cache-server next to this binary, else built with go build into the working directory)")
+	profileName := flag.String("profile", "demo", "CacheProfile name: the tier is served at /apis/<profile>.cache.cachetier.io/v1alpha1")
+	noTier := flag.Bool("no-tier", false, "start the control plane only (no sample data, no tier)")
+	verbosity := flag.Int("v", 0, "cache-server log verbosity")
 	flag.Parse()
 
 	if *port == 6443 && !portFree(*port) {
@@ -43,39 +54,153 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// cp.Stop stops the tier process first, then the apiserver and etcd.
 	defer func() {
-		fmt.Println("stopping control plane")
+		fmt.Println("stopping the tier and the control plane")
 		if err := cp.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stop:", err)
 		}
 	}()
 
-	kubeconfig := cp.AdminKubeconfig
+	// Stable paths so the printed commands survive copy and paste across
+	// runs; fall back to the working directory outside the repository.
+	outDir := cp.Dir
 	if root, err := controlplane.RepoRoot(); err == nil {
-		// A stable path so the printed commands survive copy and paste
-		// across runs.
-		stable := filepath.Join(root, "bin", "run", "kubeconfig")
-		if err := os.MkdirAll(filepath.Dir(stable), 0o755); err == nil {
-			if data, err := os.ReadFile(cp.AdminKubeconfig); err == nil && os.WriteFile(stable, data, 0o600) == nil {
-				kubeconfig = stable
-			}
+		if d := filepath.Join(root, "bin", "run"); os.MkdirAll(d, 0o755) == nil {
+			outDir = d
 		}
 	}
-	fmt.Printf(`
-cachetier local control plane is up.
+	kubeconfig := filepath.Join(outDir, "kubeconfig")
+	if err := copyFile(cp.AdminKubeconfig, kubeconfig); err != nil {
+		return err
+	}
+	kubectl := cp.Kubectl()
+	if *noTier {
+		fmt.Printf(`
+cachetier local control plane is up (no tier: -no-tier).
   apiserver:   %s (service range %s)
   kubeconfig:  %s
   logs:        %s/*.log
 
 Try:
-  %s --kubeconfig %s version
   %s --kubeconfig %s get ns
 
 Press Ctrl-C to stop; everything is torn down.
-`, cp.URL, cp.ServiceClusterIPRange, kubeconfig, cp.Dir,
-		cp.Kubectl(), kubeconfig, cp.Kubectl(), kubeconfig)
-	<-ctx.Done()
+`, cp.URL, cp.ServiceClusterIPRange, kubeconfig, cp.Dir, kubectl, kubeconfig)
+		<-ctx.Done()
+		return nil
+	}
+
+	admin, err := cp.RESTConfig()
+	if err != nil {
+		return err
+	}
+	admin.QPS, admin.Burst = 1000, 2000
+	start := time.Now()
+	if err := sampledata.Seed(ctx, admin, sampledata.Default()); err != nil {
+		return fmt.Errorf("seed sample data: %w", err)
+	}
+	fmt.Printf("seeded sample data in %s\n", time.Since(start).Round(time.Millisecond))
+
+	binary := *cacheServer
+	if binary == "" {
+		if self, err := os.Executable(); err == nil {
+			if cand := filepath.Join(filepath.Dir(self), "cache-server"); isFile(cand) {
+				binary = cand
+			}
+		}
+	}
+	if binary == "" {
+		binary = filepath.Join(cp.Dir, "cache-server")
+		fmt.Println("building cache-server")
+		if err := tierproc.Build(ctx, binary); err != nil {
+			return err
+		}
+	}
+	start = time.Now()
+	tier, err := tierproc.Start(ctx, cp, tierproc.Options{Binary: binary, Profile: *profileName, Spec: sampleProfile(), Verbosity: *verbosity})
+	if err != nil {
+		return fmt.Errorf("start the tier: %w", err)
+	}
+	fmt.Printf("tier %s serving at %s, registered as APIService v1alpha1.%s (%s)\n", binary, tier.DirectURL, tier.Group, time.Since(start).Round(time.Millisecond))
+
+	tierKubeconfig := filepath.Join(outDir, "kubeconfig-tier")
+	if err := tier.AggregatedKubeconfig(cp.AdminKubeconfig, tierKubeconfig); err != nil {
+		return err
+	}
+	directKubeconfig := filepath.Join(outDir, "kubeconfig-tier-direct")
+	if err := tier.DirectKubeconfig(cp.AdminKubeconfig, directKubeconfig); err != nil {
+		return err
+	}
+	profileCopy := filepath.Join(outDir, "profile.yaml")
+	_ = copyFile(tier.ProfileFile, profileCopy)
+
+	k := func(cfg string) string { return kubectl + " --kubeconfig " + cfg }
+	fmt.Printf(`
+cachetier is up: a local control plane with sample data, and the cache tier in front of it.
+  apiserver:         %[1]s (service range %[2]s)
+  tier (aggregated): %[3]s
+  tier (direct):     %[4]s (ClusterIP of Service %[5]s)
+  profile:           %[6]s
+  logs:              %[7]s/*.log (tier: %[8]s)
+
+Kubeconfigs (admin):
+  apiserver:                  %[9]s
+  tier via the aggregator:    %[10]s   (server URL ends in %[11]s)
+  tier directly (metrics):    %[12]s
+
+Try (the same commands work with the apiserver kubeconfig, for comparison):
+  %[13]s get pods -A
+  %[13]s get configmaps -A -l app=a,tier=x
+  %[13]s get pods -A --field-selector spec.nodeName=node-1
+  %[13]s get secrets -A --field-selector type=example.com/custom
+  %[13]s get wg -A --field-selector spec.color=red
+  %[13]s get configmaps -A --chunk-size=50 -v=6 2>&1 >/dev/null | grep -c '"Response".*limit=50'   # pages
+  %[13]s get configmap cm-007 -n ns-2 -o yaml
+  %[13]s get --raw /api/v1/namespaces/ns-1/pods | head -c 300; echo
+  %[13]s create configmap x -n ns-0      # refused: the tier is read-only
+  %[14]s get --raw /metrics | grep cachetier_freshness_wait_seconds_count
+  %[15]s get apiservice v1alpha1.%[16]s
+
+Press Ctrl-C to stop; the tier and the control plane are torn down.
+`, cp.URL, cp.ServiceClusterIPRange, tier.AggregatedURL, tier.DirectURL, tier.ServerName, profileCopy, cp.Dir, tier.Log,
+		kubeconfig, tierKubeconfig, tier.Prefix, directKubeconfig,
+		k(tierKubeconfig), k(directKubeconfig), k(kubeconfig), tier.Group)
+
+	select {
+	case <-ctx.Done():
+	case <-tier.Exited:
+		return fmt.Errorf("the cache-server exited; see %s", tier.Log)
+	}
 	return nil
+}
+
+// sampleProfile caches everything hack/sampledata creates.
+func sampleProfile() v1alpha1.CacheProfileSpec {
+	return v1alpha1.CacheProfileSpec{
+		HashShards: 4,
+		Resources: []v1alpha1.CachedResource{
+			{Version: "v1", Resource: "namespaces"},
+			{Version: "v1", Resource: "configmaps"},
+			{Version: "v1", Resource: "secrets"},
+			{Version: "v1", Resource: "pods", FieldIndexes: []string{"spec.nodeName"}},
+			{Version: "v1", Resource: "events"},
+			{Group: "example.cachetier.io", Version: "v1", Resource: "widgets"},
+		},
+	}
+}
+
+func copyFile(from, to string) error {
+	data, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, data, 0o600)
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
 }
 
 func portFree(port int) bool {

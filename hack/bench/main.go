@@ -1,0 +1,484 @@
+// Command bench compares LIST cost on the tier and on kube-apiserver, side by
+// side on the same data: a real control plane (hack/controlplane) and the
+// tier as a separate `cache-server standalone` process, so both are measured
+// the same way from /proc.
+//
+// For each data set (N ConfigMaps of S bytes in their own namespace; the
+// tier caches only that namespace through a namespaceSelector) it measures:
+//   - consistent full LIST (JSON, resourceVersion unset): p50/p99 latency and
+//     CPU per LIST (utime+stime of the server process, /proc/<pid>/stat);
+//   - paginated LIST (limit=500, following continue): total time, p50;
+//   - memory: tier RSS after sync minus the RSS of a tier caching nothing,
+//     per object, next to the object's JSON size; the apiserver's RSS growth
+//     while the data set was created, per object.
+//
+// Usage (see docs/benchmarks.md):
+//
+//	go run ./hack/bench -small-count 10000 -small-size 1024 -large-count 300 -large-size 1048576
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/hack/controlplane"
+)
+
+type dataset struct {
+	name        string
+	count, size int
+}
+
+type options struct {
+	sets        []dataset
+	iterations  int
+	pageIters   int
+	concurrency int
+	binary      string
+}
+
+func main() {
+	var o options
+	var small, large dataset
+	small.name, large.name = "small", "large"
+	flag.IntVar(&small.count, "small-count", 10000, "ConfigMaps in the small-object data set")
+	flag.IntVar(&small.size, "small-size", 1024, "bytes of data per small ConfigMap")
+	flag.IntVar(&large.count, "large-count", 300, "ConfigMaps in the large-object data set")
+	flag.IntVar(&large.size, "large-size", 1<<20, "bytes of data per large ConfigMap")
+	flag.IntVar(&o.iterations, "iterations", 30, "full LISTs per server and data set")
+	flag.IntVar(&o.pageIters, "page-iterations", 5, "paginated LIST walks per server and data set")
+	flag.IntVar(&o.concurrency, "seed-concurrency", 8, "parallel creates while seeding")
+	flag.StringVar(&o.binary, "cache-server", "", "cache-server binary (default: built into a temporary directory)")
+	flag.Parse()
+	for _, d := range []dataset{small, large} {
+		if d.count > 0 {
+			o.sets = append(o.sets, d)
+		}
+	}
+	if err := run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type row struct {
+	set, metric, unit string
+	api, tier         float64
+}
+
+func run(ctx context.Context, o options) error {
+	cp, err := controlplane.Start(ctx, controlplane.Options{ServiceClusterIPRange: "127.82.0.0/24"})
+	if err != nil {
+		return err
+	}
+	defer cp.Stop()
+	admin, err := cp.RESTConfig()
+	if err != nil {
+		return err
+	}
+	admin.QPS, admin.Burst = 2000, 4000
+	kc, err := kubernetes.NewForConfig(admin)
+	if err != nil {
+		return err
+	}
+	apiPID, err := findAPIServer(cp.Dir)
+	if err != nil {
+		return err
+	}
+	if o.binary == "" {
+		o.binary = filepath.Join(cp.Dir, "cache-server")
+		root, err := controlplane.RepoRoot()
+		if err != nil {
+			return err
+		}
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", o.binary, "./cache-server")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build cache-server: %v: %s", err, out)
+		}
+	}
+	// A tier caching nothing gives the baseline RSS.
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-empty", Labels: map[string]string{"bench": "empty"}}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	base, err := startTier(ctx, cp, admin, o.binary, "empty")
+	if err != nil {
+		return err
+	}
+	baseRSS := rss(base.pid)
+	base.stop()
+	fmt.Fprintf(os.Stderr, "bench: empty tier RSS %.1f MiB\n", float64(baseRSS)/(1<<20))
+
+	var rows []row
+	for _, d := range o.sets {
+		ns := "bench-" + d.name
+		apiBefore := rss(apiPID)
+		start := time.Now()
+		jsonBytes, err := seed(ctx, kc, ns, d, o.concurrency)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "bench: seeded %d x %d B in %s\n", d.count, d.size, time.Since(start).Round(time.Millisecond))
+		time.Sleep(2 * time.Second)
+		apiAfter := rss(apiPID)
+
+		t, err := startTier(ctx, cp, admin, o.binary, d.name)
+		if err != nil {
+			return err
+		}
+		time.Sleep(2 * time.Second)
+		tierRSS := rss(t.pid)
+		path := "/api/v1/namespaces/" + ns + "/configmaps"
+		servers := []struct {
+			cfg *rest.Config
+			pid int
+		}{{admin, apiPID}, {t.cfg, t.pid}}
+		var res [2]measure
+		for i, s := range servers {
+			if res[i], err = measureServer(s.cfg, s.pid, path, o, d.count); err != nil {
+				t.stop()
+				return err
+			}
+		}
+		t.stop()
+		perObj := float64(jsonBytes) / float64(d.count)
+		label := fmt.Sprintf("%s (%d x %s)", d.name, d.count, human(d.size))
+		rows = append(rows,
+			row{label, "full LIST p50", "ms", res[0].p50, res[1].p50},
+			row{label, "full LIST p99", "ms", res[0].p99, res[1].p99},
+			row{label, "CPU per full LIST", "ms", res[0].cpuPerList, res[1].cpuPerList},
+			row{label, "paginated LIST (limit=500) total p50", "ms", res[0].pagedP50, res[1].pagedP50},
+			row{label, "resident bytes per object", "B", float64(int64(apiAfter)-int64(apiBefore)) / float64(d.count), float64(int64(tierRSS)-int64(baseRSS)) / float64(d.count)},
+			row{label, "object JSON size", "B", perObj, perObj},
+		)
+	}
+	printTable(os.Stdout, rows)
+	return nil
+}
+
+type tierProc struct {
+	cfg  *rest.Config
+	pid  int
+	stop func()
+}
+
+// startTier runs `cache-server standalone` caching the configmaps of the
+// namespaces labelled bench=<set>, and waits until it is ready.
+func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.Config, binary, set string) (*tierProc, error) {
+	spec := v1alpha1.CacheProfileSpec{HashShards: 4, Resources: []v1alpha1.CachedResource{{
+		Version: "v1", Resource: "configmaps",
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"bench": set}},
+	}}}
+	prof := v1alpha1.CacheProfile{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "CacheProfile"}, ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Spec: spec}
+	data, err := yaml.Marshal(prof)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(cp.Dir, "tier-"+set)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	profPath := filepath.Join(dir, "profile.yaml")
+	if err := os.WriteFile(profPath, data, 0o644); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	logf, err := os.Create(filepath.Join(dir, "tier.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(binary, "standalone", "--profile", profPath, "--kubeconfig", cp.AdminKubeconfig, "--listen", addr, "--cert-dir", dir)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	stop := func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+	}
+	cfg := rest.CopyConfig(admin)
+	cfg.Host = "https://" + addr
+	cfg.CAData, cfg.CAFile = nil, ""
+	cfg.Insecure = true // the tier's self-signed certificate; the bench measures, it does not authenticate the server
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		select {
+		case <-done:
+			return nil, fmt.Errorf("tier exited; see %s", filepath.Join(dir, "tier.log"))
+		default:
+		}
+		resp, err := client.Get(cfg.Host + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return &tierProc{cfg: cfg, pid: cmd.Process.Pid, stop: stop}, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, fmt.Errorf("tier not ready after 5m")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// seed creates the data set's namespace and ConfigMaps and returns the
+// total size of their JSON as the apiserver serves them.
+func seed(ctx context.Context, kc kubernetes.Interface, ns string, d dataset, concurrency int) (int64, error) {
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"bench": d.name}}}, metav1.CreateOptions{}); err != nil {
+		return 0, err
+	}
+	payload := strings.Repeat("x", d.size)
+	work := make(chan int)
+	errs := make(chan error, concurrency)
+	var wg sync.WaitGroup
+	for range concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%06d", i)}, Data: map[string]string{"payload": payload}}
+				if _, err := kc.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var seedErr error
+loop:
+	for i := range d.count {
+		select {
+		case work <- i:
+		case seedErr = <-errs:
+			break loop
+		}
+	}
+	close(work)
+	wg.Wait()
+	if seedErr != nil {
+		return 0, seedErr
+	}
+	select {
+	case err := <-errs:
+		return 0, err
+	default:
+	}
+	body, err := kc.CoreV1().RESTClient().Get().Namespace(ns).Resource("configmaps").DoRaw(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return int64(len(body)), nil
+}
+
+type measure struct {
+	p50, p99, cpuPerList, pagedP50 float64
+}
+
+func measureServer(cfg *rest.Config, pid int, path string, o options, count int) (measure, error) {
+	var m measure
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return m, err
+	}
+	list := func(q string) (string, error) {
+		req, _ := http.NewRequest(http.MethodGet, cfg.Host+path+q, nil)
+		req.Header.Set("Accept", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b, _ := io.ReadAll(resp.Body)
+			return "", fmt.Errorf("%s%s: %d %s", cfg.Host, path, resp.StatusCode, b)
+		}
+		var meta struct {
+			Metadata struct {
+				Continue string `json:"continue"`
+			} `json:"metadata"`
+		}
+		if q == "" {
+			_, err = io.Copy(io.Discard, resp.Body)
+			return "", err
+		}
+		err = decodeJSON(resp.Body, &meta)
+		return meta.Metadata.Continue, err
+	}
+	// Warm up (and fill the tier's caches).
+	if _, err := list(""); err != nil {
+		return m, err
+	}
+	var lat []float64
+	cpu0 := cpuTicks(pid)
+	for range o.iterations {
+		start := time.Now()
+		if _, err := list(""); err != nil {
+			return m, err
+		}
+		lat = append(lat, ms(time.Since(start)))
+	}
+	cpu1 := cpuTicks(pid)
+	m.p50, m.p99 = pct(lat, 50), pct(lat, 99)
+	m.cpuPerList = float64(cpu1-cpu0) * 1000 / clkTck / float64(o.iterations)
+	var paged []float64
+	for range o.pageIters {
+		start := time.Now()
+		cont := ""
+		for {
+			q := "?limit=500"
+			if cont != "" {
+				q += "&continue=" + cont
+			}
+			if cont, err = list(q); err != nil {
+				return m, err
+			}
+			if cont == "" {
+				break
+			}
+		}
+		paged = append(paged, ms(time.Since(start)))
+	}
+	m.pagedP50 = pct(paged, 50)
+	return m, nil
+}
+
+// clkTck is USER_HZ, 100 on every Linux architecture Go supports here.
+const clkTck = 100
+
+// cpuTicks is utime+stime of a process, in clock ticks.
+func cpuTicks(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	// Fields after the command name (which may contain spaces) start
+	// after the last ')'; utime and stime are fields 14 and 15.
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	return ut + st
+}
+
+// rss is a process's resident set size in bytes.
+func rss(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			f := strings.Fields(line)
+			kb, _ := strconv.ParseUint(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// findAPIServer finds the control plane's kube-apiserver process: the one
+// whose command line mentions the control plane's directory.
+func findAPIServer(dir string) (int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if strings.HasSuffix(args[0], "kube-apiserver") && strings.Contains(string(cmdline), dir) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no kube-apiserver process for %s", dir)
+}
+
+func pct(v []float64, p int) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	i := (len(s)*p + 99) / 100
+	return s[min(max(i-1, 0), len(s)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func human(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func printTable(w io.Writer, rows []row) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
+	fmt.Fprintln(tw, "data set\tmetric\tunit\tkube-apiserver\ttier\ttier/apiserver\t")
+	for _, r := range rows {
+		ratio := "-"
+		if r.api > 0 {
+			ratio = fmt.Sprintf("%.2f", r.tier/r.api)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%s\t\n", r.set, r.metric, r.unit, r.api, r.tier, ratio)
+	}
+	_ = tw.Flush()
+}
+
+func decodeJSON(r io.Reader, v any) error {
+	if err := json.NewDecoder(r).Decode(v); err != nil {
+		return err
+	}
+	_, err := io.Copy(io.Discard, r)
+	return err
+}

@@ -1,0 +1,244 @@
+// Package tierproc runs the cache-server as a real `cache-server standalone`
+// process behind a local control plane's aggregation layer, the way a
+// cluster runs it: listening on a Service ClusterIP (inside the control
+// plane's loopback service range) with a serving certificate for the
+// Service's DNS name, registered by an APIService. `make run` and the
+// aggregated end-to-end tests use it.
+package tierproc
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+
+	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/hack/controlplane"
+)
+
+// Build compiles the cache-server binary to out (go build from the
+// repository root).
+func Build(ctx context.Context, out string) error {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cache-server")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cache-server: %w: %s", err, b)
+	}
+	return nil
+}
+
+// Options describe one tier process.
+type Options struct {
+	// Binary is the cache-server executable.
+	Binary string
+	// Profile names the CacheProfile (API group <profile>.cache.cachetier.io).
+	Profile string
+	Spec    v1alpha1.CacheProfileSpec
+	// Namespace and ServiceName of the Service the APIService points at
+	// (defaults cachetier-system / cachetier-<profile>).
+	Namespace, ServiceName string
+	// ServiceIPIndex picks the ClusterIP cp.ServiceIP(n) (default 50).
+	ServiceIPIndex int
+	// Port the tier listens on at the ClusterIP (default 8443).
+	Port int
+	// Verbosity is the cache-server's -v.
+	Verbosity int
+}
+
+// Tier is a running, registered tier process.
+type Tier struct {
+	Profile   string
+	Group     string // <profile>.cache.cachetier.io
+	Prefix    string // /apis/<group>/v1alpha1
+	ClusterIP string
+	Port      int
+	// DirectURL reaches the process itself (https://<ClusterIP>:<port>);
+	// DirectCA verifies its serving certificate.
+	DirectURL string
+	DirectCA  []byte
+	// ServerName is the Service DNS name in the serving certificate.
+	ServerName string
+	// AggregatedURL is the apiserver URL plus Prefix: a kubeconfig with
+	// this server URL reaches the tier through the aggregation layer.
+	AggregatedURL string
+	// ProfileFile is the manifest the process was started with; Log its
+	// output.
+	ProfileFile, Log string
+	// Exited is closed when the process ends.
+	Exited <-chan struct{}
+
+	cp *controlplane.ControlPlane
+}
+
+// Start writes the profile, starts the process as part of cp (so cp.Stop
+// stops it first), waits until it serves /readyz, and registers it with an
+// APIService that the aggregator reports Available.
+func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*Tier, error) {
+	if opts.Namespace == "" {
+		opts.Namespace = "cachetier-system"
+	}
+	if opts.ServiceName == "" {
+		opts.ServiceName = "cachetier-" + opts.Profile
+	}
+	if opts.ServiceIPIndex == 0 {
+		opts.ServiceIPIndex = 50
+	}
+	if opts.Port == 0 {
+		opts.Port = 8443
+	}
+	t := &Tier{
+		Profile: opts.Profile, Group: opts.Profile + ".cache.cachetier.io",
+		ClusterIP: cp.ServiceIP(opts.ServiceIPIndex), Port: opts.Port,
+		ServerName: opts.ServiceName + "." + opts.Namespace + ".svc", cp: cp,
+	}
+	t.Prefix = "/apis/" + t.Group + "/v1alpha1"
+	t.AggregatedURL = cp.URL + t.Prefix
+	t.DirectURL = "https://" + net.JoinHostPort(t.ClusterIP, strconv.Itoa(t.Port))
+
+	dir := filepath.Join(cp.Dir, "tier-"+opts.Profile)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	profile := v1alpha1.CacheProfile{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "CacheProfile"},
+		ObjectMeta: metav1.ObjectMeta{Name: opts.Profile},
+		Spec:       opts.Spec,
+	}
+	data, err := yaml.Marshal(profile)
+	if err != nil {
+		return nil, err
+	}
+	t.ProfileFile = filepath.Join(dir, "profile.yaml")
+	if err := os.WriteFile(t.ProfileFile, data, 0o600); err != nil {
+		return nil, err
+	}
+	certDir := filepath.Join(dir, "certs")
+	args := []string{"standalone",
+		"--profile=" + t.ProfileFile,
+		"--kubeconfig=" + cp.AdminKubeconfig,
+		"--listen=" + net.JoinHostPort(t.ClusterIP, strconv.Itoa(t.Port)),
+		"--cert-dir=" + certDir,
+		"--tls-hosts=" + strings.Join([]string{t.ServerName, opts.ServiceName + "." + opts.Namespace, t.ClusterIP, "127.0.0.1", "localhost"}, ","),
+		"-v=" + strconv.Itoa(opts.Verbosity),
+	}
+	exited, logPath, err := cp.StartProcess("cache-server-"+opts.Profile, opts.Binary, args...)
+	if err != nil {
+		return nil, err
+	}
+	t.Exited, t.Log = exited, logPath
+	if err := t.waitReady(ctx, certDir); err != nil {
+		return nil, err
+	}
+	if err := cp.RegisterAPIService(ctx, controlplane.APIServiceRegistration{
+		Group: t.Group, Version: "v1alpha1", Namespace: opts.Namespace, ServiceName: opts.ServiceName,
+		ClusterIP: t.ClusterIP, Port: int32(t.Port), CABundle: t.DirectCA,
+	}); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// waitReady waits for the generated CA and then for /readyz (every cached
+// resource synced).
+func (t *Tier) waitReady(ctx context.Context, certDir string) error {
+	deadline := time.Now().Add(90 * time.Second)
+	var last string
+	for {
+		select {
+		case <-t.Exited:
+			return fmt.Errorf("cache-server exited during start-up; log %s:\n%s", t.Log, tail(t.Log, 20))
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		if t.DirectCA == nil {
+			if ca, err := os.ReadFile(filepath.Join(certDir, "ca.crt")); err == nil && len(ca) > 0 {
+				t.DirectCA = ca
+			}
+		}
+		if t.DirectCA != nil {
+			if last = t.probe("/readyz"); last == "" {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cache-server not ready after 90s (%s); log %s:\n%s", last, t.Log, tail(t.Log, 20))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (t *Tier) probe(path string) string {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(t.DirectCA)
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: t.ServerName},
+	}}
+	resp, err := c.Get(t.DirectURL + path)
+	if err != nil {
+		return err.Error()
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Sprintf("%s: %d", path, resp.StatusCode)
+	}
+	return ""
+}
+
+// AggregatedKubeconfig rewrites kubeconfig (a control-plane kubeconfig of
+// some user) so that its server URL is the aggregated path of the tier, and
+// writes it to out. kubectl and client-go then read through the tier
+// unchanged, with the user's own identity.
+func (t *Tier) AggregatedKubeconfig(kubeconfig, out string) error {
+	return rewriteServer(kubeconfig, out, t.AggregatedURL, nil, "")
+}
+
+// DirectKubeconfig rewrites kubeconfig to talk to the tier process itself
+// (its ClusterIP), bypassing the aggregator: handy for /metrics.
+func (t *Tier) DirectKubeconfig(kubeconfig, out string) error {
+	return rewriteServer(kubeconfig, out, t.DirectURL, t.DirectCA, t.ServerName)
+}
+
+func rewriteServer(in, out, server string, ca []byte, serverName string) error {
+	cfg, err := clientcmd.LoadFromFile(in)
+	if err != nil {
+		return err
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = server
+		if ca != nil {
+			c.CertificateAuthority = ""
+			c.CertificateAuthorityData = ca
+			c.TLSServerName = serverName
+		}
+	}
+	return clientcmd.WriteToFile(*cfg, out)
+}
+
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
