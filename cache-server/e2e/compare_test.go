@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -16,9 +17,10 @@ import (
 
 // response is what a comparison looks at.
 type response struct {
-	code       int
-	body       []byte
-	retryAfter string
+	code        int
+	body        []byte
+	retryAfter  string
+	contentType string // media type without parameters
 }
 
 func get(t *testing.T, cfg *rest.Config, path string, q url.Values, accept string) response {
@@ -44,7 +46,8 @@ func get(t *testing.T, cfg *rest.Config, path string, q url.Values, accept strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	return response{code: resp.StatusCode, body: body, retryAfter: resp.Header.Get("Retry-After")}
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	return response{code: resp.StatusCode, body: body, retryAfter: resp.Header.Get("Retry-After"), contentType: ct}
 }
 
 // listView is the comparable part of a list answer.

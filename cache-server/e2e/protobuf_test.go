@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"mime"
 	"net/http"
 	"net/url"
 	"strings"
@@ -48,36 +47,12 @@ type pbAnswer struct {
 
 func pbGet(t *testing.T, cfg *rest.Config, path string, q url.Values, accept string) pbAnswer {
 	t.Helper()
-	client, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := cfg.Host + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, _ := http.NewRequest(http.MethodGet, u, nil)
-	req.Header.Set("Accept", accept)
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", u, err)
-	}
-	defer resp.Body.Close()
-	var body []byte
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		body = append(body, buf[:n]...)
-		if err != nil {
-			break
-		}
-	}
-	a := pbAnswer{code: resp.StatusCode, body: body, retryAfter: resp.Header.Get("Retry-After")}
-	a.contentType, _, _ = mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	r := get(t, cfg, path, q, accept)
+	a := pbAnswer{code: r.code, body: r.body, retryAfter: r.retryAfter, contentType: r.contentType}
 	if a.contentType == pbMediaType {
-		obj, _, err := pbSerializer.Decode(body, nil, nil)
+		obj, _, err := pbSerializer.Decode(r.body, nil, nil)
 		if err != nil {
-			t.Fatalf("GET %s: undecodable protobuf answer: %v\n%q", u, err, body)
+			t.Fatalf("GET %s: undecodable protobuf answer: %v\n%q", path, err, r.body)
 		}
 		a.obj = obj
 	}

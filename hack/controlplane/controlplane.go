@@ -321,7 +321,7 @@ func (cp *ControlPlane) waitReady(ctx context.Context) error {
 		for _, p := range cp.procs {
 			select {
 			case <-p.done:
-				return fmt.Errorf("%s exited during start-up (%v); last log lines:\n%s", p.name, p.err, tail(p.log, 30))
+				return fmt.Errorf("%s exited during start-up (%v); last log lines:\n%s", p.name, p.err, LogTail(p.log, 30))
 			default:
 			}
 		}
@@ -334,7 +334,7 @@ func (cp *ControlPlane) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("apiserver not ready: %s; last log lines:\n%s", last, tail(filepath.Join(cp.Dir, "kube-apiserver.log"), 30))
+			return fmt.Errorf("apiserver not ready: %s; last log lines:\n%s", last, LogTail(filepath.Join(cp.Dir, "kube-apiserver.log"), 30))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -490,7 +490,9 @@ func sanitize(s string) string {
 	}, s)
 }
 
-func tail(path string, n int) string {
+// LogTail returns the last n lines of a log file, for error messages that
+// should say why a process did not come up.
+func LogTail(path string, n int) string {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err.Error()

@@ -162,7 +162,7 @@ func (t *Tier) waitReady(ctx context.Context, certDir string) error {
 	for {
 		select {
 		case <-t.Exited:
-			return fmt.Errorf("cache-server exited during start-up; log %s:\n%s", t.Log, tail(t.Log, 20))
+			return fmt.Errorf("cache-server exited during start-up; log %s:\n%s", t.Log, controlplane.LogTail(t.Log, 20))
 		case <-ctx.Done():
 			return ctx.Err()
 		default:
@@ -178,7 +178,7 @@ func (t *Tier) waitReady(ctx context.Context, certDir string) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("cache-server not ready after 90s (%s); log %s:\n%s", last, t.Log, tail(t.Log, 20))
+			return fmt.Errorf("cache-server not ready after 90s (%s); log %s:\n%s", last, t.Log, controlplane.LogTail(t.Log, 20))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -229,16 +229,4 @@ func rewriteServer(in, out, server string, ca []byte, serverName string) error {
 		}
 	}
 	return clientcmd.WriteToFile(*cfg, out)
-}
-
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
