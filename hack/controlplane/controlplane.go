@@ -69,11 +69,16 @@ type ControlPlane struct {
 	ClusterCA             *pki.CA // signs the apiserver's serving cert and client certs
 	FrontProxyCA          *pki.CA // the request-header CA of the aggregation layer
 
-	removeDir bool
-	log       io.Writer
-	procs     []*process // in start order; stopped in reverse
-	stopOnce  sync.Once
-	stopErr   error
+	// EtcdURL is etcd's client URL, for tests that must change storage
+	// behind the apiserver's back (see RestartAPIServer).
+	EtcdURL string
+
+	removeDir     bool
+	log           io.Writer
+	apiserverArgs []string
+	procs         []*process // in start order; stopped in reverse
+	stopOnce      sync.Once
+	stopErr       error
 }
 
 type process struct {
@@ -134,6 +139,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	if err != nil {
 		return cp, err
 	}
+	cp.EtcdURL = etcdURL
 	if err := cp.startAPIServer(port, etcdURL, files, opts.ExtraAPIServerFlags); err != nil {
 		return cp, err
 	}
@@ -258,8 +264,37 @@ func (cp *ControlPlane) startAPIServer(port int, etcdURL string, f pkiFiles, ext
 		"--profiling=false",
 		"--v=1",
 	}
-	_, err := cp.spawn("kube-apiserver", append(args, extra...)...)
+	cp.apiserverArgs = append(args, extra...)
+	_, err := cp.spawn("kube-apiserver", cp.apiserverArgs...)
 	return err
+}
+
+// RestartAPIServer kills kube-apiserver, runs whileDown (with etcd still
+// up: a test can change storage that no watcher sees), starts it again with
+// the same flags and waits until it is ready. A restarted apiserver has an
+// empty watch cache, so clients resuming a watch from an older
+// resourceVersion get 410 Gone — the way to make a client relist for real.
+func (cp *ControlPlane) RestartAPIServer(ctx context.Context, whileDown func(ctx context.Context) error) error {
+	for i, p := range cp.procs {
+		if p.name != "kube-apiserver" {
+			continue
+		}
+		// A crash, not a graceful shutdown: the apiserver would wait for
+		// open watches to drain, and clients must cope with both anyway.
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+		cp.procs = append(cp.procs[:i:i], cp.procs[i+1:]...)
+		break
+	}
+	if whileDown != nil {
+		if err := whileDown(ctx); err != nil {
+			return err
+		}
+	}
+	if _, err := cp.spawn("kube-apiserver", cp.apiserverArgs...); err != nil {
+		return err
+	}
+	return cp.waitReady(ctx)
 }
 
 // spawn starts a binary from BinDir with its output in <Dir>/<name>.log. The
@@ -405,16 +440,7 @@ func (cp *ControlPlane) Stop() error {
 	cp.stopOnce.Do(func() {
 		var errs []error
 		for i := len(cp.procs) - 1; i >= 0; i-- {
-			p := cp.procs[i]
-			pgid := -p.cmd.Process.Pid
-			_ = syscall.Kill(pgid, syscall.SIGTERM)
-			select {
-			case <-p.done:
-			case <-time.After(15 * time.Second):
-				_ = syscall.Kill(pgid, syscall.SIGKILL)
-				<-p.done
-				errs = append(errs, fmt.Errorf("%s did not stop on SIGTERM; killed", p.name))
-			}
+			errs = append(errs, stopProcess(cp.procs[i]))
 		}
 		if cp.removeDir {
 			errs = append(errs, os.RemoveAll(cp.Dir))
@@ -422,6 +448,20 @@ func (cp *ControlPlane) Stop() error {
 		cp.stopErr = errors.Join(errs...)
 	})
 	return cp.stopErr
+}
+
+// stopProcess sends SIGTERM to the process group and SIGKILL after 15s.
+func stopProcess(p *process) error {
+	pgid := -p.cmd.Process.Pid
+	_ = syscall.Kill(pgid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(15 * time.Second):
+		_ = syscall.Kill(pgid, syscall.SIGKILL)
+		<-p.done
+		return fmt.Errorf("%s did not stop on SIGTERM; killed", p.name)
+	}
 }
 
 // FindBinDir resolves the directory with the control-plane binaries.

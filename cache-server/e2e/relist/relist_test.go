@@ -1,0 +1,200 @@
+// Package relist proves what happens when the tier's upstream watch cannot
+// resume: storage changes that no watcher saw, then a kube-apiserver whose
+// watch cache no longer reaches back to the tier's resourceVersion (410
+// Gone). The tier must relist and hand its own watchers the difference as
+// events, without disconnecting them.
+package relist
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/cache-server/internal/tiertest"
+)
+
+const ns = "relist"
+
+var env *tiertest.Env
+
+func TestMain(m *testing.M) {
+	var err error
+	env, err = tiertest.Start(context.Background(), tiertest.Options{
+		ServiceClusterIPRange: "127.82.0.0/24",
+		Spec: v1alpha1.CacheProfileSpec{HashShards: 4, Resources: []v1alpha1.CachedResource{
+			{Version: "v1", Resource: "configmaps"},
+		}},
+		Seed: func(ctx context.Context, admin *rest.Config) error {
+			kc := kubernetes.NewForConfigOrDie(admin)
+			if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+			for _, n := range []string{"cm-a", "cm-b", "cm-c"} {
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: ns}, Data: map[string]string{"v": "1"}}
+				if _, err := kc.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "relist setup:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	env.Stop()
+	os.Exit(code)
+}
+
+func TestUpstreamRelistReachesWatchersAsEvents(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	api := kubernetes.NewForConfigOrDie(env.Admin)
+	tier := kubernetes.NewForConfigOrDie(env.TierAdmin)
+
+	list, err := tier.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := tier.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	// The new state of cm-b and cm-d as JSON the apiserver can read back
+	// from etcd (its storage decoder recognizes JSON as well as protobuf).
+	cmB, err := api.CoreV1().ConfigMaps(ns).Get(ctx, "cm-b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmB.TypeMeta = metav1.TypeMeta{Kind: "ConfigMap", APIVersion: "v1"}
+	cmB.ResourceVersion = ""
+	cmB.ManagedFields = nil
+	cmB.Data = map[string]string{"v": "changed behind the tier's back"}
+	cmD := cmB.DeepCopy()
+	cmD.Name, cmD.UID, cmD.Data = "cm-d", "5b0f4a2e-0d7e-4d3c-9f1e-6a1c2b3d4e5f", map[string]string{"v": "new"}
+
+	err = env.CP.RestartAPIServer(ctx, func(ctx context.Context) error {
+		etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{env.CP.EtcdURL}, DialTimeout: 5 * time.Second})
+		if err != nil {
+			return err
+		}
+		defer etcd.Close()
+		if _, err := etcd.Delete(ctx, "/registry/configmaps/"+ns+"/cm-a"); err != nil {
+			return err
+		}
+		for _, cm := range []*corev1.ConfigMap{cmB, cmD} {
+			data, err := json.Marshal(cm)
+			if err != nil {
+				return err
+			}
+			if _, err := etcd.Put(ctx, "/registry/configmaps/"+ns+"/"+cm.Name, string(data)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("restart apiserver: %v", err)
+	}
+
+	// The tier's upstream watch resumes from an RV the new watch cache does
+	// not have: 410, relist, and the difference reaches our watcher on the
+	// same, still open stream.
+	want := map[string]watch.EventType{"cm-a": watch.Deleted, "cm-b": watch.Modified, "cm-d": watch.Added}
+	got := map[string]watch.EventType{}
+	deadline := time.After(90 * time.Second)
+	for len(got) < len(want) {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("the tier closed the watch during the upstream relist (got %v so far)", got)
+			}
+			if ev.Type == watch.Bookmark || ev.Type == watch.Error {
+				if ev.Type == watch.Error {
+					t.Fatalf("ERROR event: %v", ev.Object)
+				}
+				continue
+			}
+			cm := ev.Object.(*corev1.ConfigMap)
+			if _, dup := got[cm.Name]; dup {
+				t.Fatalf("second event for %s: %s", cm.Name, ev.Type)
+			}
+			got[cm.Name] = ev.Type
+			if cm.Name == "cm-b" && cm.Data["v"] != "changed behind the tier's back" {
+				t.Fatalf("MODIFIED cm-b carries %v", cm.Data)
+			}
+		case <-deadline:
+			t.Fatalf("after 90s got %v, want %v", got, want)
+		}
+	}
+	for name, typ := range want {
+		if got[name] != typ {
+			t.Errorf("%s: %s, want %s", name, got[name], typ)
+		}
+	}
+
+	// The tier now serves exactly the apiserver's state, and says it relisted.
+	apiList, err := api.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tierList, err := tier.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := keysAndRVs(apiList), keysAndRVs(tierList); a != b {
+		t.Fatalf("after the relist the tier serves\n%s\nthe apiserver\n%s", b, a)
+	}
+	if m := metric(t, `cachetier_upstream_relists_total{reason="expired",resource="configmaps"}`); m == "" || m == "0" {
+		t.Fatalf("relist not counted: %q", m)
+	}
+}
+
+func keysAndRVs(l *corev1.ConfigMapList) string {
+	var b strings.Builder
+	for _, cm := range l.Items {
+		fmt.Fprintf(&b, "%s@%s\n", cm.Name, cm.ResourceVersion)
+	}
+	return b.String()
+}
+
+// metric returns the value of one sample from the tier's /metrics.
+func metric(t *testing.T, series string) string {
+	t.Helper()
+	client, err := rest.HTTPClientFor(env.TierAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Get(env.TierURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %d", resp.StatusCode)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, series+" ") {
+			return strings.TrimPrefix(line, series+" ")
+		}
+	}
+	return ""
+}
