@@ -100,6 +100,11 @@ func (r *Resource) ValidateSelector(sel fields.Selector) (fields.Selector, error
 	return out, nil
 }
 
+// NeedsObject reports whether Set reads more than the object's name and
+// namespace. When it does not, ingestion can skip decoding the whole object
+// (the metadata fields come from the small metadata decode it does anyway).
+func (r *Resource) NeedsObject() bool { return r.extra != nil || len(r.custom) > 0 }
+
 // Set returns the fields an object is matched against: metadata.name,
 // metadata.namespace for namespaced resources, and the resource's own
 // fields, with the apiserver's value formatting. obj is the object decoded

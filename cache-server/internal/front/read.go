@@ -42,7 +42,7 @@ func (s *Server) serveGet(w http.ResponseWriter, r *http.Request, res *resource,
 	if o == nil {
 		return writeErrorAs(w, errEnc, apierrors.NewNotFound(res.GVR.GroupResource(), info.Name))
 	}
-	return writeObject(w, res, enc, o)
+	return writeObject(w, r, res, enc, o)
 }
 
 func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource, info *request.RequestInfo) int {
@@ -91,7 +91,7 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource
 	if result.ContinueKey != "" {
 		meta.Continue = continuetoken.Encode(result.RV, result.ContinueKey)
 	}
-	return writeList(w, res, enc, meta, result.Items)
+	return writeList(w, r, res, enc, meta, result.Items)
 }
 
 // ready waits until the cache can answer a read of the given freshness and

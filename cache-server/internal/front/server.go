@@ -68,7 +68,10 @@ type resource struct {
 	// protobuf converts stored JSON to protobuf, caching per stored object
 	// within a byte budget shared by all resources of the server (see
 	// package encoding for how memory stays bounded).
-	protobuf    *encoding_.Protobuf
+	protobuf *encoding_.Protobuf
+	// bodies pools response writers (compression, streaming buffers);
+	// shared by all resources of the server.
+	bodies      *bodyWriters
 	GVR         schema.GroupVersionResource
 	APIResource metav1.APIResource
 	label       string // metrics label
@@ -86,9 +89,10 @@ func New(opts Options) *Server {
 		budget = encoding_.DefaultCacheBytes
 	}
 	pb := encoding_.NewProtobuf(budget)
+	bodies := newBodyWriters()
 	var list []*resource
 	for _, r := range opts.Resources {
-		res := &resource{Resource: r, protobuf: pb, GVR: r.Entry.Resource.GVR, APIResource: r.Entry.APIResource, label: r.Entry.Resource.String()}
+		res := &resource{Resource: r, protobuf: pb, bodies: bodies, GVR: r.Entry.Resource.GVR, APIResource: r.Entry.APIResource, label: r.Entry.Resource.String()}
 		s.resources[res.GVR] = res
 		list = append(list, res)
 	}

@@ -151,7 +151,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		fieldsOf := fieldsFunc(e)
+		fieldsOf := fieldsFunc(e, cfg.Log)
 		hub := watch.New(watch.Options{
 			Resource: e.Resource.String(), Store: st, Metrics: m, Log: cfg.Log,
 			HistoryWindow: settings.HistoryWindow,
@@ -218,10 +218,19 @@ func namespaceFilter(e catalog.Entry, w *upstream.NamespaceWatcher) *upstream.Na
 	return &upstream.NamespaceFilter{Selector: e.NamespaceSelector, Namespaces: w}
 }
 
-func fieldsFunc(e catalog.Entry) upstream.FieldsFunc {
+// fieldsFunc computes an object's field-selector values at ingestion. It
+// is nil for resources whose only fields are metadata.name/namespace, so
+// ingestion does not decode every object fully just to read those.
+func fieldsFunc(e catalog.Entry, log logr.Logger) upstream.FieldsFunc {
+	if !e.Fields.NeedsObject() {
+		return nil
+	}
 	return func(obj map[string]any) map[string]string {
 		set, err := e.Fields.Set(obj)
 		if err != nil {
+			// The object stays servable but only matches selectors on its
+			// name and namespace; say so rather than drop it.
+			log.Error(err, "cannot compute field-selector values", "resource", e.Resource.String())
 			return nil
 		}
 		return set

@@ -1,6 +1,9 @@
 package upstream
 
 import (
+	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -35,6 +38,56 @@ func TestDecodeObject(t *testing.T) {
 	for _, bad := range []string{`{`, `{"metadata":{"name":"x","resourceVersion":"abc"}}`, `{"metadata":{"name":"x"}}`} {
 		if _, err := DecodeObject([]byte(bad), nil); err == nil {
 			t.Errorf("DecodeObject(%s): want error", bad)
+		}
+	}
+}
+
+// A reused numberDecoder decodes a sequence of objects exactly as a fresh
+// json.Decoder with UseNumber does, whatever their sizes and trailing
+// whitespace.
+func TestNumberDecoderReuse(t *testing.T) {
+	docs := []string{
+		`{"metadata":{"name":"a"},"spec":{"n":9007199254740993}}`,
+		"{\"metadata\":{\"name\":\"b\"},\"data\":{\"x\":\"" + strings.Repeat("y", 5000) + "\"}}\n",
+		`  {"metadata":{"name":"c"},"spec":{"f":1.5,"b":true,"z":null,"l":[1,"2",{"3":4}]}}  `,
+		`{}`,
+	}
+	nd := newNumberDecoder()
+	for round := 0; round < 2; round++ {
+		for _, doc := range docs {
+			got, err := nd.decode([]byte(doc))
+			if err != nil {
+				t.Fatalf("decode %q: %v", doc, err)
+			}
+			var want map[string]any
+			dec := json.NewDecoder(strings.NewReader(doc))
+			dec.UseNumber()
+			if err := dec.Decode(&want); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("decode %q = %v, want %v", doc, got, want)
+			}
+		}
+	}
+}
+
+// Namespace and Name share Key's bytes; cluster-scoped objects have Key ==
+// Name.
+func TestDecodeObjectNames(t *testing.T) {
+	for _, c := range []struct{ raw, key, ns, name string }{
+		{`{"metadata":{"name":"p","namespace":"ns","resourceVersion":"1"}}`, "ns/p", "ns", "p"},
+		{`{"metadata":{"name":"node-1","resourceVersion":"1"}}`, "node-1", "", "node-1"},
+	} {
+		o, err := DecodeObject([]byte(c.raw), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Key != c.key || o.Namespace != c.ns || o.Name != c.name {
+			t.Errorf("%s: key %q namespace %q name %q", c.raw, o.Key, o.Namespace, o.Name)
+		}
+		if o.Fields["metadata.name"] != c.name || o.Fields["metadata.namespace"] != c.ns {
+			t.Errorf("%s: fields %v", c.raw, o.Fields)
 		}
 	}
 }

@@ -80,6 +80,10 @@ type Ingester struct {
 	// one namespace (a field so tests can replace it).
 	ns     nsState
 	nsList func(ctx context.Context, ns string) ([]*store.Object, uint64, error)
+
+	// decoders pools *numberDecoder for the full decode that Fields needs
+	// (see numberDecoder: a fresh json.Decoder per object is mostly garbage).
+	decoders sync.Pool
 }
 
 // New returns an ingester; call Run to start it.
@@ -219,7 +223,7 @@ func (in *Ingester) readInitialState(ctx context.Context, timeoutSeconds string)
 		}
 		switch ev.Type {
 		case "ADDED":
-			o, err := DecodeObject(ev.Object, in.opts.Fields)
+			o, err := in.decode(ev.Object)
 			if err != nil {
 				s.Close()
 				return nil, 0, nil, err
@@ -261,7 +265,7 @@ func (in *Ingester) listThenWatch(ctx context.Context) error {
 			return err
 		}
 		for _, item := range page.Items {
-			o, err := DecodeObject(withTypeMeta(item, in.opts.Resource), in.opts.Fields)
+			o, err := in.decode(withTypeMeta(item, in.opts.Resource))
 			if err != nil {
 				return err
 			}
@@ -278,6 +282,23 @@ func (in *Ingester) listThenWatch(ctx context.Context) error {
 		return err
 	}
 	return in.watchFrom(ctx, rv)
+}
+
+// decode is DecodeObject with a pooled decoder for the full decode.
+func (in *Ingester) decode(raw []byte) (*store.Object, error) {
+	if in.opts.Fields == nil {
+		return decodeObject(raw, nil, nil)
+	}
+	nd, _ := in.decoders.Get().(*numberDecoder)
+	if nd == nil {
+		nd = newNumberDecoder()
+	}
+	o, err := decodeObject(raw, in.opts.Fields, nd)
+	if err == nil {
+		// A failed decode may leave the json.Decoder in its error state.
+		in.decoders.Put(nd)
+	}
+	return o, err
 }
 
 // withTypeMeta gives a LIST item the kind and apiVersion that watch events
@@ -352,7 +373,7 @@ func (in *Ingester) handle(ev rawEvent) error {
 	default:
 		return fmt.Errorf("unknown watch event type %q", ev.Type)
 	}
-	o, err := DecodeObject(ev.Object, in.opts.Fields)
+	o, err := in.decode(ev.Object)
 	if err != nil {
 		return err
 	}

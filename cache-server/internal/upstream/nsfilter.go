@@ -277,7 +277,7 @@ func (in *Ingester) listNamespace(ctx context.Context, ns string) ([]*store.Obje
 			return nil, 0, err
 		}
 		for _, item := range page.Items {
-			o, err := DecodeObject(withTypeMeta(item, res), in.opts.Fields)
+			o, err := in.decode(withTypeMeta(item, res))
 			if err != nil {
 				return nil, 0, err
 			}

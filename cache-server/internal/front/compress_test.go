@@ -1,0 +1,107 @@
+package front
+
+import (
+	"bytes"
+	"compress/gzip"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cachetier/cachetier/cache-server/internal/store"
+)
+
+// The streamed JSON list is byte for byte the body encodeList builds, and
+// jsonListLen predicts its length, for built-in and custom resources, items
+// with and without the TypeMeta prefix, and empty lists.
+func TestStreamedListMatchesEncodeList(t *testing.T) {
+	res, objs := benchConfigMaps(&testing.B{}, 40, 5000) // 200 KB: above the gzip threshold
+	res.bodies = newBodyWriters()
+	odd := &store.Object{Key: "bench/odd", Raw: []byte(`{"metadata":{"name":"odd"}}`)}
+	bare := &store.Object{Key: "bench/bare", Raw: []byte(`{"kind":"ConfigMap","apiVersion":"v1"}`)}
+	cont := "tok"
+	meta := metav1.ListMeta{ResourceVersion: "7", Continue: cont}
+	for _, custom := range []bool{false, true} {
+		res.Entry.Custom = custom
+		for _, items := range [][]*store.Object{nil, {odd}, {bare, odd}, objs, objs[:2]} {
+			want, err := encodeList(res, encJSON, meta, items)
+			if err != nil {
+				t.Fatal(err)
+			}
+			head, _ := jsonListHead("ConfigMapList", "v1", meta)
+			if n := jsonListLen(res, head, items); n != len(want) {
+				t.Errorf("custom=%v %d items: jsonListLen %d, body %d", custom, len(items), n, len(want))
+			}
+			for _, ae := range []string{"", "gzip", "deflate, gzip", "gzip;q=1.0", "br"} {
+				req := httptest.NewRequest(http.MethodGet, "/api/v1/configmaps", nil)
+				if ae != "" {
+					req.Header.Set("Accept-Encoding", ae)
+				}
+				rec := httptest.NewRecorder()
+				if code := writeList(rec, req, res, encJSON, meta, items); code != http.StatusOK {
+					t.Fatalf("code %d", code)
+				}
+				gz := (ae == "gzip" || ae == "deflate, gzip") && len(want) > gzipThreshold
+				got := rec.Body.Bytes()
+				if ce := rec.Header().Get("Content-Encoding"); (ce == "gzip") != gz {
+					t.Fatalf("Accept-Encoding %q, %d bytes: Content-Encoding %q", ae, len(want), ce)
+				}
+				if gz {
+					if rec.Header().Get("Vary") != "Accept-Encoding" {
+						t.Errorf("Vary %q", rec.Header().Get("Vary"))
+					}
+					zr, err := gzip.NewReader(bytes.NewReader(got))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got, err = io.ReadAll(zr); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if !bytes.Equal(got, want) {
+					t.Fatalf("custom=%v %d items, Accept-Encoding %q: streamed body differs (%d vs %d bytes)", custom, len(items), ae, len(got), len(want))
+				}
+				if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+					t.Errorf("Content-Type %q", ct)
+				}
+			}
+		}
+	}
+}
+
+// Bodies built in memory (GET, other list forms) follow the same rule.
+func TestWriteBodyCompression(t *testing.T) {
+	b := newBodyWriters()
+	for _, size := range []int{10, gzipThreshold, gzipThreshold + 1} {
+		body := bytes.Repeat([]byte("a"), size)
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.Header.Set("Accept-Encoding", "gzip")
+		rec := httptest.NewRecorder()
+		b.write(rec, acceptsGzip(req), encJSON, body)
+		got := rec.Body.Bytes()
+		if gz := rec.Header().Get("Content-Encoding") == "gzip"; gz != (size > gzipThreshold) {
+			t.Fatalf("%d bytes: gzip %v", size, gz)
+		} else if gz {
+			zr, _ := gzip.NewReader(bytes.NewReader(got))
+			got, _ = io.ReadAll(zr)
+		}
+		if !bytes.Equal(got, body) {
+			t.Fatalf("%d bytes: body differs", size)
+		}
+	}
+}
+
+func TestJSONListLonger(t *testing.T) {
+	res, objs := benchConfigMaps(&testing.B{}, 30, 100)
+	head, _ := jsonListHead("ConfigMapList", "v1", metav1.ListMeta{ResourceVersion: "1"})
+	for _, k := range []int{0, 1, 2, 29, 30} {
+		size := jsonListLen(res, head, objs[:k])
+		for _, n := range []int{0, size - 1, size, size + 1} {
+			if got := jsonListLonger(res, head, objs[:k], n); got != (size > n) {
+				t.Errorf("%d items (%d bytes), n=%d: %v", k, size, n, got)
+			}
+		}
+	}
+}
