@@ -12,9 +12,14 @@
 //     per object, next to the object's JSON size; the apiserver's RSS growth
 //     while the data set was created, per object.
 //
+// With -mode watchlist, fanout or watch (both) it runs the WATCH benchmarks
+// instead (watch.go): concurrent watch-list informers over large Secrets
+// (KEP-3157's scenario) and watch fan-out to many watchers.
+//
 // Usage (see docs/benchmarks.md):
 //
 //	go run ./hack/bench -small-count 10000 -small-size 1024 -large-count 300 -large-size 1048576
+//	go run ./hack/bench -mode watch
 package main
 
 import (
@@ -23,6 +28,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -70,7 +76,23 @@ func main() {
 	flag.IntVar(&o.pageIters, "page-iterations", 5, "paginated LIST walks per server and data set")
 	flag.IntVar(&o.concurrency, "seed-concurrency", 8, "parallel creates while seeding")
 	flag.StringVar(&o.binary, "cache-server", "", "cache-server binary (default: built into a temporary directory)")
+	mode := flag.String("mode", "list", "benchmark: list, watchlist, fanout, or watch (watchlist and fanout)")
+	wo := watchFlags()
 	flag.Parse()
+	switch *mode {
+	case "list":
+	case "watchlist", "fanout", "watch":
+		wo.watchList = *mode != "fanout"
+		wo.fanout = *mode != "watchlist"
+		if err := runWatch(context.Background(), o, wo); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "bench: unknown -mode %q\n", *mode)
+		os.Exit(2)
+	}
 	for _, d := range []dataset{small, large} {
 		if d.count > 0 {
 			o.sets = append(o.sets, d)
@@ -87,42 +109,67 @@ type row struct {
 	api, tier         float64
 }
 
-func run(ctx context.Context, o options) error {
+// benchEnv is a running control plane, an admin client of its apiserver,
+// the apiserver's pid and the cache-server binary to run.
+type benchEnv struct {
+	cp     *controlplane.ControlPlane
+	admin  *rest.Config
+	kc     kubernetes.Interface
+	apiPID int
+}
+
+// startEnv starts the control plane and builds cache-server unless
+// o.binary names one. The caller stops env.cp.
+func startEnv(ctx context.Context, o *options) (env *benchEnv, err error) {
 	cp, err := controlplane.Start(ctx, controlplane.Options{ServiceClusterIPRange: "127.82.0.0/24"})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer cp.Stop()
+	defer func() {
+		if err != nil {
+			_ = cp.Stop()
+		}
+	}()
 	admin, err := cp.RESTConfig()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	admin.QPS, admin.Burst = 2000, 4000
 	kc, err := kubernetes.NewForConfig(admin)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	apiPID, err := findAPIServer(cp.Dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if o.binary == "" {
 		o.binary = filepath.Join(cp.Dir, "cache-server")
 		root, err := controlplane.RepoRoot()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", o.binary, "./cache-server")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("build cache-server: %v: %s", err, out)
+			return nil, fmt.Errorf("build cache-server: %v: %s", err, out)
 		}
 	}
+	return &benchEnv{cp: cp, admin: admin, kc: kc, apiPID: apiPID}, nil
+}
+
+func run(ctx context.Context, o options) error {
+	env, err := startEnv(ctx, &o)
+	if err != nil {
+		return err
+	}
+	cp, admin, kc, apiPID := env.cp, env.admin, env.kc, env.apiPID
+	defer cp.Stop()
 	// A tier caching nothing gives the baseline RSS.
 	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-empty", Labels: map[string]string{"bench": "empty"}}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	base, err := startTier(ctx, cp, admin, o.binary, "empty")
+	base, err := startTier(ctx, cp, admin, o.binary, "empty", "configmaps")
 	if err != nil {
 		return err
 	}
@@ -143,7 +190,7 @@ func run(ctx context.Context, o options) error {
 		time.Sleep(2 * time.Second)
 		apiAfter := rss(apiPID)
 
-		t, err := startTier(ctx, cp, admin, o.binary, d.name)
+		t, err := startTier(ctx, cp, admin, o.binary, d.name, "configmaps")
 		if err != nil {
 			return err
 		}
@@ -183,11 +230,12 @@ type tierProc struct {
 	stop func()
 }
 
-// startTier runs `cache-server standalone` caching the configmaps of the
-// namespaces labelled bench=<set>, and waits until it is ready.
-func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.Config, binary, set string) (*tierProc, error) {
+// startTier runs `cache-server standalone` caching the given core/v1
+// resource in the namespaces labelled bench=<set>, and waits until it is
+// ready.
+func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.Config, binary, set, resource string) (*tierProc, error) {
 	spec := v1alpha1.CacheProfileSpec{HashShards: 4, Resources: []v1alpha1.CachedResource{{
-		Version: "v1", Resource: "configmaps",
+		Version: "v1", Resource: resource,
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"bench": set}},
 	}}}
 	prof := v1alpha1.CacheProfile{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "CacheProfile"}, ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Spec: spec}
@@ -465,12 +513,19 @@ func human(n int) string {
 func printTable(w io.Writer, rows []row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
 	fmt.Fprintln(tw, "data set\tmetric\tunit\tkube-apiserver\ttier\ttier/apiserver\t")
+	// NaN marks a value that does not apply to one server.
+	num := func(v float64) string {
+		if math.IsNaN(v) {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", v)
+	}
 	for _, r := range rows {
 		ratio := "-"
-		if r.api > 0 {
+		if r.api > 0 && !math.IsNaN(r.tier) {
 			ratio = fmt.Sprintf("%.2f", r.tier/r.api)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%s\t\n", r.set, r.metric, r.unit, r.api, r.tier, ratio)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", r.set, r.metric, r.unit, num(r.api), num(r.tier), ratio)
 	}
 	_ = tw.Flush()
 }
