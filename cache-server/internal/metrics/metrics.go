@@ -9,18 +9,19 @@ import (
 
 // Metrics is every metric the cache-server exports, prefixed cachetier_.
 type Metrics struct {
-	Requests         *prometheus.CounterVec   // verb, resource, code
-	RequestDuration  *prometheus.HistogramVec // verb, resource
-	FreshnessWait    *prometheus.HistogramVec // resource, outcome
-	RVFetches        *prometheus.CounterVec   // resource, outcome
-	ProgressProbes   *prometheus.CounterVec   // resource, outcome
-	UpstreamEvents   *prometheus.CounterVec   // resource, type
-	UpstreamRelists  *prometheus.CounterVec   // resource, reason
-	UpstreamRV       *prometheus.GaugeVec     // resource: last RV applied from upstream
-	UpstreamLatestRV *prometheus.GaugeVec     // resource: latest RV the apiserver reported
-	ShardObjects     *prometheus.GaugeVec     // resource, shard
-	ShardBytes       *prometheus.GaugeVec     // resource, shard
-	ShardAppliedRV   *prometheus.GaugeVec     // resource, shard
+	Requests                   *prometheus.CounterVec   // verb, resource, code
+	RequestDuration            *prometheus.HistogramVec // verb, resource
+	FreshnessWait              *prometheus.HistogramVec // resource, outcome
+	RVFetches                  *prometheus.CounterVec   // resource, outcome
+	ProgressProbes             *prometheus.CounterVec   // resource, outcome
+	UpstreamEvents             *prometheus.CounterVec   // resource, type
+	UpstreamRelists            *prometheus.CounterVec   // resource, reason
+	UpstreamWatchListFallbacks *prometheus.CounterVec   // resource
+	UpstreamRV                 *prometheus.GaugeVec     // resource: last RV applied from upstream
+	UpstreamLatestRV           *prometheus.GaugeVec     // resource: latest RV the apiserver reported
+	ShardObjects               *prometheus.GaugeVec     // resource, shard
+	ShardBytes                 *prometheus.GaugeVec     // resource, shard
+	ShardAppliedRV             *prometheus.GaugeVec     // resource, shard
 
 	WatchersActive     *prometheus.GaugeVec     // resource
 	WatchEvents        *prometheus.CounterVec   // resource, type: events sent to watchers
@@ -63,6 +64,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "cachetier_upstream_relists_total",
 			Help: "Full re-reads of a resource from the apiserver (start-up, 410 Gone, errors).",
 		}, []string{"resource", "reason"}),
+		UpstreamWatchListFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cachetier_upstream_watchlist_fallbacks_total",
+			Help: "Loads that fell back to LIST+WATCH because the apiserver refused watch-list.",
+		}, []string{"resource"}),
 		UpstreamRV: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cachetier_upstream_applied_resource_version",
 			Help: "The resourceVersion up to which the cache has applied the apiserver's stream.",
@@ -113,7 +118,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
 	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes,
-		m.UpstreamEvents, m.UpstreamRelists, m.UpstreamRV, m.UpstreamLatestRV,
+		m.UpstreamEvents, m.UpstreamRelists, m.UpstreamWatchListFallbacks, m.UpstreamRV, m.UpstreamLatestRV,
 		m.ShardObjects, m.ShardBytes, m.ShardAppliedRV)
 	return m
 }

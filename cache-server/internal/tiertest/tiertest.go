@@ -34,6 +34,8 @@ type Options struct {
 	// ServiceClusterIPRange of the control plane; pick one per test
 	// package so packages running in parallel do not collide.
 	ServiceClusterIPRange string
+	// ExtraAPIServerFlags are passed to kube-apiserver (e.g. feature gates).
+	ExtraAPIServerFlags []string
 	// Verbose logs the tier to stderr.
 	Verbose bool
 }
@@ -59,7 +61,7 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if opts.ProfileName == "" {
 		opts.ProfileName = "e2e"
 	}
-	cp, err := controlplane.Start(ctx, controlplane.Options{ServiceClusterIPRange: opts.ServiceClusterIPRange})
+	cp, err := controlplane.Start(ctx, controlplane.Options{ServiceClusterIPRange: opts.ServiceClusterIPRange, ExtraAPIServerFlags: opts.ExtraAPIServerFlags})
 	if err != nil {
 		return nil, err
 	}

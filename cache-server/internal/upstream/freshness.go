@@ -109,6 +109,17 @@ func (in *Ingester) doFetchCurrentRV(ctx context.Context) (uint64, error) {
 	q.Set("fieldSelector", "metadata.name="+rvProbeName)
 	q.Set("timeoutSeconds", "10")
 	s, err := openWatch(ctx, in.opts.Client, in.opts.Host, in.opts.Resource, q)
+	if watchListRefused(err) {
+		// Without watch-list the next cheapest consistent read is a LIST
+		// of one item: its RV is the apiserver's current one.
+		lq := url.Values{}
+		lq.Set("limit", "1")
+		page, lerr := getList(ctx, in.opts.Client, in.opts.Host+in.opts.Resource.Path(), in.opts.Resource, lq)
+		if lerr != nil {
+			return 0, fmt.Errorf("fetch current RV of %s: %w", in.res, lerr)
+		}
+		return ParseRV(page.Metadata.ResourceVersion)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("fetch current RV of %s: %w", in.res, err)
 	}

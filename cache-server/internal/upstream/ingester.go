@@ -187,8 +187,9 @@ func (in *Ingester) isSyncedNow() bool {
 // paginated LIST followed by a WATCH when the apiserver refuses it.
 func (in *Ingester) relistAndWatch(ctx context.Context) error {
 	objs, rv, s, err := in.readInitialState(ctx, watchTimeout())
-	if apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) {
-		// An apiserver without watch-list (the WatchList feature off).
+	if watchListRefused(err) {
+		in.opts.Log.Info("the apiserver refused watch-list (WatchList feature off?); loading with LIST+WATCH", "resource", in.res, "err", err)
+		in.opts.Metrics.UpstreamWatchListFallbacks.WithLabelValues(in.res).Inc()
 		return in.listThenWatch(ctx)
 	}
 	if err != nil {
@@ -248,11 +249,29 @@ func (in *Ingester) readInitialState(ctx context.Context, timeoutSeconds string)
 	}
 }
 
+// watchListRefused recognizes an apiserver that does not serve watch-list:
+// with the WatchList feature off it rejects sendInitialEvents as invalid.
+func watchListRefused(err error) bool {
+	return apierrors.IsBadRequest(err) || apierrors.IsInvalid(err)
+}
+
 // listThenWatch is the pre-watch-list protocol: LIST in pages of 500 at
 // one RV, then WATCH from it.
 func (in *Ingester) listThenWatch(ctx context.Context) error {
+	objs, rv, err := in.listAll(ctx, in.opts.Host+in.opts.Resource.Path())
+	if err != nil {
+		return err
+	}
+	if err := in.replace(objs, rv); err != nil {
+		return err
+	}
+	return in.watchFrom(ctx, rv)
+}
+
+// listAll reads the collection at URL u with a consistent LIST in pages of
+// 500 (one snapshot: the continue tokens keep the first page's RV).
+func (in *Ingester) listAll(ctx context.Context, u string) ([]*store.Object, uint64, error) {
 	var objs []*store.Object
-	var rv uint64
 	cont := ""
 	for {
 		q := url.Values{}
@@ -260,28 +279,22 @@ func (in *Ingester) listThenWatch(ctx context.Context) error {
 		if cont != "" {
 			q.Set("continue", cont)
 		}
-		page, err := getList(ctx, in.opts.Client, in.opts.Host, in.opts.Resource, q)
+		page, err := getList(ctx, in.opts.Client, u, in.opts.Resource, q)
 		if err != nil {
-			return err
+			return nil, 0, err
 		}
 		for _, item := range page.Items {
 			o, err := in.decode(withTypeMeta(item, in.opts.Resource))
 			if err != nil {
-				return err
+				return nil, 0, err
 			}
 			objs = append(objs, o)
 		}
-		if rv, err = ParseRV(page.Metadata.ResourceVersion); err != nil {
-			return err
-		}
 		if cont = page.Metadata.Continue; cont == "" {
-			break
+			rv, err := ParseRV(page.Metadata.ResourceVersion)
+			return objs, rv, err
 		}
 	}
-	if err := in.replace(objs, rv); err != nil {
-		return err
-	}
-	return in.watchFrom(ctx, rv)
 }
 
 // decode is DecodeObject with a pooled decoder for the full decode.

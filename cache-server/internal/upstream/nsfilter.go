@@ -2,9 +2,7 @@ package upstream
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/url"
 	"time"
 
@@ -262,34 +260,7 @@ func (in *Ingester) replaceNamespaceLocked(ns string, objs []*store.Object, admi
 // listNamespace reads one namespace of the resource with a consistent,
 // paginated LIST (the resource's label selector applies).
 func (in *Ingester) listNamespace(ctx context.Context, ns string) ([]*store.Object, uint64, error) {
-	res := in.opts.Resource
-	var objs []*store.Object
-	var rv uint64
-	cont := ""
-	for {
-		q := url.Values{}
-		q.Set("limit", "500")
-		if cont != "" {
-			q.Set("continue", cont)
-		}
-		page, err := getListPath(ctx, in.opts.Client, in.opts.Host+namespacedPath(res, ns), res, q)
-		if err != nil {
-			return nil, 0, err
-		}
-		for _, item := range page.Items {
-			o, err := in.decode(withTypeMeta(item, res))
-			if err != nil {
-				return nil, 0, err
-			}
-			objs = append(objs, o)
-		}
-		if rv, err = ParseRV(page.Metadata.ResourceVersion); err != nil {
-			return nil, 0, err
-		}
-		if cont = page.Metadata.Continue; cont == "" {
-			return objs, rv, nil
-		}
-	}
+	return in.listAll(ctx, in.opts.Host+namespacedPath(in.opts.Resource, ns))
 }
 
 // namespacedPath is the collection path of res inside namespace ns.
@@ -299,31 +270,6 @@ func namespacedPath(res Resource, ns string) string {
 		base = "/api/" + res.GVR.Version
 	}
 	return base + "/namespaces/" + url.PathEscape(ns) + "/" + res.GVR.Resource
-}
-
-// getListPath is getList on an explicit URL.
-func getListPath(ctx context.Context, c *http.Client, u string, res Resource, q url.Values) (*listPage, error) {
-	if res.LabelSelector != "" {
-		q.Set("labelSelector", res.LabelSelector)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"?"+q.Encode(), nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, statusError(resp)
-	}
-	var page listPage
-	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
-		return nil, fmt.Errorf("decode list of %s: %w", u, err)
-	}
-	return &page, nil
 }
 
 // publishRelistLocked hands a Replace's difference to downstream watchers

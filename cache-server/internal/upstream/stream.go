@@ -65,14 +65,14 @@ func (s *eventStream) next() (rawEvent, error) {
 
 func (s *eventStream) Close() error { return s.body.Close() }
 
-// openWatch starts a watch request with the given query (watch=1 is added)
-// and returns the event stream, or the apiserver's error as a StatusError.
-func openWatch(ctx context.Context, c *http.Client, host string, res Resource, q url.Values) (*eventStream, error) {
-	q.Set("watch", "1")
+// get sends GET u?q with the resource's label selector (the profile's
+// ingestion filter applies to every upstream read) and returns the 200
+// response, or the apiserver's error as a StatusError.
+func get(ctx context.Context, c *http.Client, u string, res Resource, q url.Values) (*http.Response, error) {
 	if res.LabelSelector != "" {
 		q.Set("labelSelector", res.LabelSelector)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, host+res.Path()+"?"+q.Encode(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"?"+q.Encode(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -84,6 +84,17 @@ func openWatch(ctx context.Context, c *http.Client, host string, res Resource, q
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
 		return nil, statusError(resp)
+	}
+	return resp, nil
+}
+
+// openWatch starts a watch request with the given query (watch=1 is added)
+// and returns the event stream, or the apiserver's error as a StatusError.
+func openWatch(ctx context.Context, c *http.Client, host string, res Resource, q url.Values) (*eventStream, error) {
+	q.Set("watch", "1")
+	resp, err := get(ctx, c, host+res.Path(), res, q)
+	if err != nil {
+		return nil, err
 	}
 	return &eventStream{body: resp.Body, dec: json.NewDecoder(resp.Body)}, nil
 }
@@ -97,26 +108,16 @@ type listPage struct {
 	Items []json.RawMessage `json:"items"`
 }
 
-func getList(ctx context.Context, c *http.Client, host string, res Resource, q url.Values) (*listPage, error) {
-	if res.LabelSelector != "" {
-		q.Set("labelSelector", res.LabelSelector)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, host+res.Path()+"?"+q.Encode(), nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.Do(req)
+// getList reads one page of the collection at URL u.
+func getList(ctx context.Context, c *http.Client, u string, res Resource, q url.Values) (*listPage, error) {
+	resp, err := get(ctx, c, u, res, q)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, statusError(resp)
-	}
 	var page listPage
 	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
-		return nil, fmt.Errorf("decode list of %s: %w", res, err)
+		return nil, fmt.Errorf("decode list of %s: %w", u, err)
 	}
 	return &page, nil
 }
