@@ -7,7 +7,6 @@ package fallback
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"sort"
 	"strings"
@@ -126,22 +125,12 @@ func keys(l *corev1.ConfigMapList) string {
 	return strings.Join(k, "\n")
 }
 
+// metric reads one series from the tier's /metrics.
 func metric(t *testing.T, series string) string {
 	t.Helper()
-	client, err := rest.HTTPClientFor(env.TierAdmin)
+	v, err := env.Metric(series)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := client.Get(env.TierURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, series+" ") {
-			return strings.TrimPrefix(line, series+" ")
-		}
-	}
-	return ""
+	return v
 }

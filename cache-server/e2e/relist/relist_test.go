@@ -9,8 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -175,26 +173,12 @@ func keysAndRVs(l *corev1.ConfigMapList) string {
 	return b.String()
 }
 
-// metric returns the value of one sample from the tier's /metrics.
+// metric reads one series from the tier's /metrics.
 func metric(t *testing.T, series string) string {
 	t.Helper()
-	client, err := rest.HTTPClientFor(env.TierAdmin)
+	v, err := env.Metric(series)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := client.Get(env.TierURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("/metrics: %d", resp.StatusCode)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, series+" ") {
-			return strings.TrimPrefix(line, series+" ")
-		}
-	}
-	return ""
+	return v
 }

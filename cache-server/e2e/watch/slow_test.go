@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -102,21 +101,11 @@ func TestSlowWatcherIsClosedOthersKeepUp(t *testing.T) {
 
 func terminatedSlow(t *testing.T) float64 {
 	t.Helper()
-	client, err := rest.HTTPClientFor(env.TierAdmin)
+	v, err := env.Metric(`cachetier_watchers_terminated_total{reason="slow",resource="configmaps"}`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := client.Get(env.TierURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var v float64
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, "cachetier_watchers_terminated_total{") && strings.Contains(line, `reason="slow"`) && strings.Contains(line, `resource="configmaps"`) {
-			fmt.Sscanf(line[strings.LastIndex(line, " ")+1:], "%g", &v)
-		}
-	}
-	return v
+	var f float64
+	fmt.Sscanf(v, "%g", &f)
+	return f
 }

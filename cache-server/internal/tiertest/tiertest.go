@@ -8,9 +8,11 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
@@ -164,6 +166,33 @@ func (e *Env) waitReady() error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Metric returns the value of one series (name{labels} exactly as the
+// tier's /metrics prints it), or "" when the tier does not export it.
+func (e *Env) Metric(series string) (string, error) {
+	client, err := rest.HTTPClientFor(e.TierAdmin)
+	if err != nil {
+		return "", err
+	}
+	resp, err := client.Get(e.TierURL + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return "", fmt.Errorf("/metrics: %s", resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, series+" ") {
+			return strings.TrimPrefix(line, series+" "), nil
+		}
+	}
+	return "", nil
 }
 
 // RestartTier stops the tier and starts a new one on the same address
