@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/x509"
@@ -218,11 +217,4 @@ func certificatesFromSecrets(ca, serving map[string][]byte) Certificates {
 	c := Certificates{CACertPEM: ca["ca.crt"], CAKeyPEM: ca["ca.key"], PreviousCACertPEM: ca["ca-previous.crt"]}
 	c.ServingCertPEM, c.ServingKeyPEM = serving["tls.crt"], serving["tls.key"]
 	return c
-}
-
-// sameCertificates says whether EnsureCertificates changed anything.
-func sameCertificates(a, b Certificates) bool {
-	return bytes.Equal(a.CACertPEM, b.CACertPEM) && bytes.Equal(a.CAKeyPEM, b.CAKeyPEM) &&
-		bytes.Equal(a.PreviousCACertPEM, b.PreviousCACertPEM) &&
-		bytes.Equal(a.ServingCertPEM, b.ServingCertPEM) && bytes.Equal(a.ServingKeyPEM, b.ServingKeyPEM)
 }

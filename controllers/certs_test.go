@@ -102,3 +102,10 @@ func TestCertificatesRoundTripThroughSecrets(t *testing.T) {
 		t.Fatal("secrets do not round-trip the certificates")
 	}
 }
+
+// sameCertificates says whether EnsureCertificates changed anything.
+func sameCertificates(a, b Certificates) bool {
+	return bytes.Equal(a.CACertPEM, b.CACertPEM) && bytes.Equal(a.CAKeyPEM, b.CAKeyPEM) &&
+		bytes.Equal(a.PreviousCACertPEM, b.PreviousCACertPEM) &&
+		bytes.Equal(a.ServingCertPEM, b.ServingCertPEM) && bytes.Equal(a.ServingKeyPEM, b.ServingKeyPEM)
+}

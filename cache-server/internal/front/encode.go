@@ -70,14 +70,6 @@ func (e encoding) isProtobuf() bool { return e == encProtobuf || e == encProtobu
 // it cannot produce (a custom resource, a Table).
 const notAcceptableProtobuf = "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf"
 
-// negotiate picks the response form from the Accept header, as the
-// apiserver does for JSON clients: plain objects, PartialObjectMetadata(List)
-// for metadata-only clients, and Table for kubectl's server-side printing.
-// It is negotiateFor without protobuf.
-func negotiate(accept string, list bool) (encoding, error) {
-	return negotiateFor(nil, accept, list)
-}
-
 // negotiateFor picks the response form for res from the Accept header, in
 // the order the clauses are given (q-values are ignored). With res nil,
 // protobuf clauses are skipped. On error, the returned encoding is the one
@@ -164,17 +156,10 @@ func protobufSupported(res *resource) bool {
 
 func formatRV(rv uint64) string { return strconv.FormatUint(rv, 10) }
 
-// itemBytes is an object as a LIST item. Typed lists of built-in resources
-// carry no kind/apiVersion per item; the stored bytes (from watch events)
-// start with exactly that TypeMeta, so it is cut off without decoding.
-// Custom resources keep it, as the apiserver's unstructured lists do.
-func itemBytes(res *resource, o *store.Object) []byte {
-	var buf bytes.Buffer
-	writeItem(&buf, res.Entry.Custom, itemPrefix(res), o)
-	return buf.Bytes()
-}
-
-// itemPrefix is the TypeMeta prefix itemBytes cuts off.
+// itemPrefix is the TypeMeta prefix of stored built-in objects. Typed
+// lists carry no kind/apiVersion per item and the stored bytes (from watch
+// events) start with exactly this, so writeItem cuts it off without
+// decoding; custom resources keep it, as the apiserver's unstructured lists do.
 func itemPrefix(res *resource) []byte {
 	return []byte(`{"kind":` + strconv.Quote(res.APIResource.Kind) + `,"apiVersion":` + strconv.Quote(res.GVR.GroupVersion().String()))
 }
@@ -447,8 +432,6 @@ func writeBody(w http.ResponseWriter, enc encoding, body []byte) int {
 	_, _ = w.Write(body)
 	return http.StatusOK
 }
-
-func writeRaw(w http.ResponseWriter, body []byte) int { return writeBody(w, encJSON, body) }
 
 func marshalLine(v any) ([]byte, error) {
 	b, err := json.Marshal(v)

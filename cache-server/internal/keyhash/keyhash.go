@@ -11,8 +11,6 @@
 package keyhash
 
 import (
-	"strings"
-
 	"github.com/cespare/xxhash/v2"
 )
 
@@ -33,15 +31,6 @@ func NamespacePrefix(namespace string) string {
 		return ""
 	}
 	return namespace + "/"
-}
-
-// Split is the inverse of Key: it returns the namespace ("" for a
-// cluster-scoped key) and the name.
-func Split(key string) (namespace, name string) {
-	if i := strings.IndexByte(key, '/'); i >= 0 {
-		return key[:i], key[i+1:]
-	}
-	return "", key
 }
 
 // Shard returns the hash shard of key in [0, shards). It hashes the whole key

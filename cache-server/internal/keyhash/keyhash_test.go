@@ -19,10 +19,6 @@ func TestKey(t *testing.T) {
 		if got := Key(c.ns, c.name); got != c.want {
 			t.Errorf("Key(%q,%q) = %q, want %q", c.ns, c.name, got, c.want)
 		}
-		ns, name := Split(c.want)
-		if ns != c.ns || name != c.name {
-			t.Errorf("Split(%q) = %q,%q", c.want, ns, name)
-		}
 	}
 }
 
