@@ -8,8 +8,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/cachetier/cachetier/cache-server/internal/continuetoken"
@@ -76,7 +74,7 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource
 		Namespace:         ns,
 		StartKeyExclusive: p.ContinueKey,
 		Limit:             limit,
-		Match:             matcher(p.LabelSelector, p.FieldSelector),
+		Match:             p.Matcher(),
 	})
 	var expired *store.ExpiredError
 	if errors.As(err, &expired) && p.ContinueKey != "" {
@@ -144,15 +142,4 @@ func (s *Server) ready(ctx context.Context, res *resource, read listparams.Read)
 
 func (s *Server) observeWait(res *resource, start time.Time, outcome string) {
 	s.opts.Metrics.FreshnessWait.WithLabelValues(res.label, outcome).Observe(time.Since(start).Seconds())
-}
-
-// matcher returns nil for selectors that match everything: the store then
-// reports remainingItemCount, as the apiserver does only for unfiltered lists.
-func matcher(ls labels.Selector, fs fields.Selector) func(*store.Object) bool {
-	if ls.Empty() && fs.Empty() {
-		return nil
-	}
-	return func(o *store.Object) bool {
-		return ls.Matches(labels.Set(o.Labels)) && fs.Matches(fields.Set(o.Fields))
-	}
 }
