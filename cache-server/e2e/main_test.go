@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 
@@ -23,20 +22,12 @@ type env struct {
 }
 
 func TestMain(m *testing.M) {
-	e, err := tiertest.Start(context.Background(), tiertest.Options{
+	os.Exit(tiertest.Run(m, tiertest.Options{
 		Spec: profile(), ServiceClusterIPRange: "127.77.0.0/24",
 		Seed: func(ctx context.Context, admin *rest.Config) error {
 			return sampledata.Seed(ctx, admin, sampledata.Default())
 		},
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e setup:", err)
-		os.Exit(1)
-	}
-	testEnv = &env{admin: e.Admin, tierAdmin: e.TierAdmin}
-	code := m.Run()
-	e.Stop()
-	os.Exit(code)
+	}, func(e *tiertest.Env) { testEnv = &env{admin: e.Admin, tierAdmin: e.TierAdmin} }))
 }
 
 // profile caches every resource the tests read.

@@ -28,8 +28,7 @@ const ns = "fallback"
 var env *tiertest.Env
 
 func TestMain(m *testing.M) {
-	var err error
-	env, err = tiertest.Start(context.Background(), tiertest.Options{
+	os.Exit(tiertest.Run(m, tiertest.Options{
 		ServiceClusterIPRange: "127.83.0.0/24",
 		ExtraAPIServerFlags:   []string{"--feature-gates=WatchList=false"},
 		Spec: v1alpha1.CacheProfileSpec{HashShards: 2, Resources: []v1alpha1.CachedResource{
@@ -49,14 +48,7 @@ func TestMain(m *testing.M) {
 			}
 			return nil
 		},
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "fallback setup:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	env.Stop()
-	os.Exit(code)
+	}, func(e *tiertest.Env) { env = e }))
 }
 
 func TestListWatchFallback(t *testing.T) {

@@ -26,7 +26,7 @@ import (
 var apiserver, tier kubernetes.Interface
 
 func TestMain(m *testing.M) {
-	e, err := tiertest.Start(context.Background(), tiertest.Options{
+	os.Exit(tiertest.Run(m, tiertest.Options{
 		ServiceClusterIPRange: "127.81.0.0/24",
 		Spec: v1alpha1.CacheProfileSpec{
 			HashShards: 2,
@@ -35,16 +35,10 @@ func TestMain(m *testing.M) {
 			},
 		},
 		Seed: seed,
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "nsselector setup:", err)
-		os.Exit(1)
-	}
-	apiserver = kubernetes.NewForConfigOrDie(e.Admin)
-	tier = kubernetes.NewForConfigOrDie(e.TierAdmin)
-	code := m.Run()
-	e.Stop()
-	os.Exit(code)
+	}, func(e *tiertest.Env) {
+		apiserver = kubernetes.NewForConfigOrDie(e.Admin)
+		tier = kubernetes.NewForConfigOrDie(e.TierAdmin)
+	}))
 }
 
 func seed(ctx context.Context, admin *rest.Config) error {

@@ -30,8 +30,7 @@ const ns = "relist"
 var env *tiertest.Env
 
 func TestMain(m *testing.M) {
-	var err error
-	env, err = tiertest.Start(context.Background(), tiertest.Options{
+	os.Exit(tiertest.Run(m, tiertest.Options{
 		ServiceClusterIPRange: "127.82.0.0/24",
 		Spec: v1alpha1.CacheProfileSpec{HashShards: 4, Resources: []v1alpha1.CachedResource{
 			{Version: "v1", Resource: "configmaps"},
@@ -49,14 +48,7 @@ func TestMain(m *testing.M) {
 			}
 			return nil
 		},
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "relist setup:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	env.Stop()
-	os.Exit(code)
+	}, func(e *tiertest.Env) { env = e }))
 }
 
 func TestUpstreamRelistReachesWatchersAsEvents(t *testing.T) {

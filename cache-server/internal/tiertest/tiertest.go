@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
@@ -166,6 +167,20 @@ func (e *Env) waitReady() error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Run is the body of a test package's TestMain: it starts an Env, hands it
+// to use (to keep clients in package variables), runs the tests and tears
+// everything down. It returns the exit code for os.Exit.
+func Run(m *testing.M, opts Options, use func(*Env)) int {
+	e, err := Start(context.Background(), opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tiertest setup:", err)
+		return 1
+	}
+	defer e.Stop()
+	use(e)
+	return m.Run()
 }
 
 // Metric returns the value of one series (name{labels} exactly as the
