@@ -62,6 +62,28 @@ func TestListWatchFallback(t *testing.T) {
 	if err == nil {
 		t.Fatal("the apiserver accepted a watch-list; the test's premise is wrong")
 	}
+	// The tier serves watch-list from its own cache regardless of the
+	// upstream gate (docs/differences.md): initial events, then the
+	// initial-events-end bookmark.
+	wl, err := tier.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{SendInitialEvents: ptrTrue(), AllowWatchBookmarks: true, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
+	if err != nil {
+		t.Fatalf("watch-list through the tier: %v", err)
+	}
+	added := 0
+	for ev := range wl.ResultChan() {
+		if ev.Type == watch.Added {
+			added++
+			continue
+		}
+		if cm, ok := ev.Object.(*corev1.ConfigMap); ev.Type == watch.Bookmark && ok && cm.Annotations["k8s.io/initial-events-end"] == "true" {
+			break
+		}
+		t.Fatalf("unexpected %s event during the watch-list", ev.Type)
+	}
+	wl.Stop()
+	if added != 520 {
+		t.Fatalf("watch-list through the tier: %d initial events, want 520", added)
+	}
 	if v := metric(t, `cachetier_upstream_watchlist_fallbacks_total{resource="configmaps"}`); v == "" || v == "0" {
 		t.Fatalf("no LIST+WATCH fallback counted (%q)", v)
 	}
