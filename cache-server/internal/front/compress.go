@@ -2,11 +2,12 @@ package front
 
 import (
 	"bufio"
-	"compress/gzip"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
+
+	"github.com/klauspost/compress/gzip"
 )
 
 // Response compression, as kube-apiserver does it
@@ -72,12 +73,22 @@ func (b *bodyWriters) start(w http.ResponseWriter, compress bool, enc encoding) 
 	h := w.Header()
 	h.Set("Content-Type", enc.contentType())
 	var gw *gzip.Writer
+	var out *bufio.Writer
 	var dst io.Writer = w
 	if compress {
 		h.Set("Content-Encoding", "gzip")
 		h.Add("Vary", "Accept-Encoding")
+		// The compressor emits each block as it completes: a few hundred
+		// bytes each for compressible lists. Written to an HTTP/2
+		// ResponseWriter as they come, every 4 KiB of them is a hand-off
+		// to the connection's goroutine, a DATA frame, a TLS record and a
+		// write(2). Collected to streamBufferSize first, the server gets
+		// few large writes (fewer frames of up to 16 KiB, one syscall
+		// each).
+		out = b.bufs.Get().(*bufio.Writer)
+		out.Reset(w)
 		gw = b.gzip.Get().(*gzip.Writer)
-		gw.Reset(w)
+		gw.Reset(out)
 		dst = gw
 	}
 	w.WriteHeader(http.StatusOK)
@@ -91,6 +102,9 @@ func (b *bodyWriters) start(w http.ResponseWriter, compress bool, enc encoding) 
 			_ = gw.Close()
 			gw.Reset(nil)
 			b.gzip.Put(gw)
+			_ = out.Flush()
+			out.Reset(nil)
+			b.bufs.Put(out)
 		}
 	}
 }
@@ -104,11 +118,16 @@ func (b *bodyWriters) write(w http.ResponseWriter, gzipOK bool, enc encoding, bo
 	w.Header().Set("Content-Encoding", "gzip")
 	w.Header().Add("Vary", "Accept-Encoding")
 	w.WriteHeader(http.StatusOK)
+	out := b.bufs.Get().(*bufio.Writer) // as in start
+	out.Reset(w)
 	gw := b.gzip.Get().(*gzip.Writer)
-	gw.Reset(w)
+	gw.Reset(out)
 	_, _ = gw.Write(body)
 	_ = gw.Close()
 	gw.Reset(nil)
 	b.gzip.Put(gw)
+	_ = out.Flush()
+	out.Reset(nil)
+	b.bufs.Put(out)
 	return http.StatusOK
 }
