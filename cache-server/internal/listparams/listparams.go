@@ -317,7 +317,7 @@ func (r *Request) Matcher() func(*store.Object) bool {
 	}
 	ls, fs := r.LabelSelector, r.FieldSelector
 	return func(o *store.Object) bool {
-		return ls.Matches(labels.Set(o.Labels)) && fs.Matches(fields.Set(o.Fields))
+		return ls.Matches(labels.Set(o.Labels)) && fs.Matches(o.FieldSet())
 	}
 }
 

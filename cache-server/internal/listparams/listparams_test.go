@@ -329,13 +329,13 @@ func TestMatcher(t *testing.T) {
 		o    *store.Object
 		want bool
 	}{
-		{&store.Object{Labels: map[string]string{"app": "web"}, Fields: map[string]string{"metadata.name": "y"}}, true},
-		{&store.Object{Labels: map[string]string{"app": "web"}, Fields: map[string]string{"metadata.name": "x"}}, false},
-		{&store.Object{Labels: map[string]string{"app": "db"}, Fields: map[string]string{"metadata.name": "y"}}, false},
+		{&store.Object{Name: "y", Labels: map[string]string{"app": "web"}}, true},
+		{&store.Object{Name: "x", Labels: map[string]string{"app": "web"}}, false},
+		{&store.Object{Name: "y", Labels: map[string]string{"app": "db"}}, false},
 		{&store.Object{}, false},
 	} {
 		if got := m(c.o); got != c.want {
-			t.Errorf("Matcher(%v,%v) = %v", c.o.Labels, c.o.Fields, got)
+			t.Errorf("Matcher(%v, name %q) = %v", c.o.Labels, c.o.Name, got)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/google/btree"
+	"k8s.io/apimachinery/pkg/fields"
 )
 
 // Object is one stored object. It is immutable once handed to the store:
@@ -24,10 +25,40 @@ type Object struct {
 	// RV is the object's metadata.resourceVersion.
 	RV     uint64
 	Labels map[string]string
-	// Fields holds the field-selector values of the object (see package fields).
+	// Fields holds the object's field-selector values other than
+	// metadata.name and metadata.namespace (see package fields and
+	// FieldSet); nil when the resource has none.
 	Fields map[string]string
 	// Raw is the JSON encoding as received from the apiserver.
 	Raw []byte
+}
+
+// FieldSet is what field selectors match the object against: Fields plus
+// metadata.name and, for namespaced objects, metadata.namespace (the
+// apiserver's DefaultNamespaceScopedAttr / DefaultClusterScopedAttr).
+func (o *Object) FieldSet() fields.Fields { return objectFields{o} }
+
+type objectFields struct{ o *Object }
+
+func (f objectFields) Has(field string) bool {
+	switch field {
+	case "metadata.name":
+		return true
+	case "metadata.namespace":
+		return f.o.Namespace != ""
+	}
+	_, ok := f.o.Fields[field]
+	return ok
+}
+
+func (f objectFields) Get(field string) string {
+	switch field {
+	case "metadata.name":
+		return f.o.Name
+	case "metadata.namespace":
+		return f.o.Namespace
+	}
+	return f.o.Fields[field]
 }
 
 // EventType is the kind of change an Event carries.

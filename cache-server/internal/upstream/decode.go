@@ -77,14 +77,14 @@ func decodeObject(raw []byte, fieldsOf FieldsFunc, nd *numberDecoder) (*store.Ob
 		}
 		values = fieldsOf(full)
 	}
-	if values == nil {
-		values = make(map[string]string, 2)
+	// metadata.name and metadata.namespace are answered from the object
+	// itself (store.Object.FieldSet); a map holding only them would cost
+	// ~250 bytes per object (a sixth of a 1.4 KiB ConfigMap).
+	delete(values, "metadata.name")
+	delete(values, "metadata.namespace")
+	if len(values) > 0 {
+		o.Fields = values
 	}
-	values["metadata.name"] = o.Name
-	if o.Namespace != "" {
-		values["metadata.namespace"] = o.Namespace
-	}
-	o.Fields = values
 	return o, nil
 }
 

@@ -31,9 +31,14 @@ func TestDecodeObject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Key != "ns/p" || o.RV != 42 || o.Labels["a"] != "b" || o.Fields["spec.nodeName"] != "n1" ||
-		o.Fields["metadata.name"] != "p" || o.Fields["metadata.namespace"] != "ns" || string(o.Raw) != string(raw) {
+	fs := o.FieldSet()
+	if o.Key != "ns/p" || o.RV != 42 || o.Labels["a"] != "b" || fs.Get("spec.nodeName") != "n1" ||
+		fs.Get("metadata.name") != "p" || fs.Get("metadata.namespace") != "ns" || string(o.Raw) != string(raw) {
 		t.Fatalf("decoded %+v", o)
+	}
+	// name and namespace are not kept twice: the object answers them.
+	if len(o.Fields) != 1 {
+		t.Errorf("Fields = %v, want only spec.nodeName", o.Fields)
 	}
 	for _, bad := range []string{`{`, `{"metadata":{"name":"x","resourceVersion":"abc"}}`, `{"metadata":{"name":"x"}}`} {
 		if _, err := DecodeObject([]byte(bad), nil); err == nil {
@@ -86,8 +91,9 @@ func TestDecodeObjectNames(t *testing.T) {
 		if o.Key != c.key || o.Namespace != c.ns || o.Name != c.name {
 			t.Errorf("%s: key %q namespace %q name %q", c.raw, o.Key, o.Namespace, o.Name)
 		}
-		if o.Fields["metadata.name"] != c.name || o.Fields["metadata.namespace"] != c.ns {
-			t.Errorf("%s: fields %v", c.raw, o.Fields)
+		fs := o.FieldSet()
+		if fs.Get("metadata.name") != c.name || fs.Get("metadata.namespace") != c.ns || fs.Has("metadata.namespace") != (c.ns != "") || o.Fields != nil {
+			t.Errorf("%s: field set name %q namespace %q, map %v", c.raw, fs.Get("metadata.name"), fs.Get("metadata.namespace"), o.Fields)
 		}
 	}
 }
