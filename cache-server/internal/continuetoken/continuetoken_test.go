@@ -29,7 +29,8 @@ func TestRoundTrip(t *testing.T) {
 	}
 	for _, c := range cases {
 		tok := Encode(c.rv, c.key)
-		rv, key, err := Decode(tok, c.prefix)
+		tk, err := Decode(tok, c.prefix)
+		rv, key := tk.RV, tk.LastKey
 		if err != nil || rv != c.rv || key != c.key {
 			t.Errorf("Decode(Encode(%d,%q),%q) = %d,%q,%v", c.rv, c.key, c.prefix, rv, key, err)
 		}
@@ -79,7 +80,7 @@ func TestErrorsMatchApiserver(t *testing.T) {
 			t.Fatalf("apiserver accepted %q", tok)
 		}
 		want := apierrors.NewBadRequest("invalid continue token: " + apiErr.Error())
-		_, _, err := Decode(tok, "")
+		_, err := Decode(tok, "")
 		var se *apierrors.StatusError
 		if !errors.As(err, &se) {
 			t.Fatalf("Decode(%q) err = %#v, want StatusError", tok, err)
@@ -114,7 +115,8 @@ func TestRangeChecks(t *testing.T) {
 	}
 	for _, c := range cases {
 		tok := Encode(9, c.key)
-		_, key, err := Decode(tok, c.prefix)
+		tk, err := Decode(tok, c.prefix)
+		key := tk.LastKey
 		if c.ok != (err == nil) {
 			t.Errorf("Decode(key %q, prefix %q) err = %v, want ok=%v", c.key, c.prefix, err, c.ok)
 			continue
@@ -131,9 +133,31 @@ func TestRangeChecks(t *testing.T) {
 
 func TestNegativeRVMeansLatest(t *testing.T) {
 	for _, rv := range []string{"-1", "-7"} {
-		rvOut, key, err := Decode(raw(`{"v":"meta.k8s.io/v1","rv":`+rv+`,"start":"ns/a"}`), "ns/")
-		if err != nil || rvOut != 0 || key != "ns/a" {
-			t.Errorf("rv %s: %d %q %v", rv, rvOut, key, err)
+		tk, err := Decode(raw(`{"v":"meta.k8s.io/v1","rv":`+rv+`,"start":"ns/a"}`), "ns/")
+		if err != nil || tk.RV != 0 || tk.LastKey != "ns/a" || tk.Remaining != -1 {
+			t.Errorf("rv %s: %+v %v", rv, tk, err)
+		}
+	}
+}
+
+// A counted token gives its count back only in the scope it was issued
+// for; a plain token, a negative count or a latest-RV token give none.
+func TestRemainingCount(t *testing.T) {
+	tok := EncodeCounted(9, "ns/a", "ns/", 41)
+	if tk, err := Decode(tok, "ns/"); err != nil || tk.RV != 9 || tk.LastKey != "ns/a" || tk.Remaining != 41 {
+		t.Fatalf("same scope: %+v %v", tk, err)
+	}
+	if tk, err := Decode(tok, ""); err != nil || tk.Remaining != -1 {
+		t.Errorf("cluster-wide use of a namespace token kept its count: %+v %v", tk, err)
+	}
+	for _, body := range []string{
+		`{"v":"meta.k8s.io/v1","rv":9,"start":"ns/a"}`,
+		`{"v":"meta.k8s.io/v1","rv":9,"start":"ns/a","rem":-3,"scope":"ns/"}`,
+		`{"v":"meta.k8s.io/v1","rv":9,"start":"ns/a","rem":3}`,
+		`{"v":"meta.k8s.io/v1","rv":-1,"start":"ns/a","rem":3,"scope":"ns/"}`,
+	} {
+		if tk, err := Decode(raw(body), "ns/"); err != nil || tk.Remaining != -1 {
+			t.Errorf("%s: %+v %v", body, tk, err)
 		}
 	}
 }
@@ -148,7 +172,8 @@ func TestExpired(t *testing.T) {
 		!strings.HasSuffix(st.Message, "objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.") {
 		t.Fatalf("message %q", st.Message)
 	}
-	rv, key, derr := Decode(st.ListMeta.Continue, "ns/")
+	tk, derr := Decode(st.ListMeta.Continue, "ns/")
+	rv, key := tk.RV, tk.LastKey
 	if derr != nil || rv != 0 || key != "ns/b" {
 		t.Fatalf("fresh token decodes to %d %q %v", rv, key, derr)
 	}
@@ -161,7 +186,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(raw(`{"v":"meta.k8s.io/v1","rv":5,"start":"../a"}`), uint64(0), "", "")
 	f.Add("%%%", uint64(1<<63), "a//b", "a/")
 	f.Fuzz(func(t *testing.T, token string, rv uint64, key, prefix string) {
-		gotRV, gotKey, err := Decode(token, prefix)
+		got, err := Decode(token, prefix)
+		gotRV, gotKey := got.RV, got.LastKey
 		if err != nil {
 			var se *apierrors.StatusError
 			if !errors.As(err, &se) || se.ErrStatus.Code != http.StatusBadRequest ||
@@ -177,7 +203,8 @@ func FuzzDecode(f *testing.F) {
 			}
 			// Whatever was accepted re-encodes to something equivalent.
 			if gotRV > 0 {
-				rv2, key2, err := Decode(Encode(gotRV, gotKey), prefix)
+				t2, err := Decode(Encode(gotRV, gotKey), prefix)
+				rv2, key2 := t2.RV, t2.LastKey
 				if err != nil || rv2 != gotRV || key2 != gotKey {
 					t.Fatalf("re-encode of %d %q: %d %q %v", gotRV, gotKey, rv2, key2, err)
 				}
@@ -188,7 +215,8 @@ func FuzzDecode(f *testing.F) {
 		if rv == 0 || rv > math.MaxInt64 || !utf8.ValidString(key) || !validKey(key, prefix) {
 			return
 		}
-		rv2, key2, err := Decode(Encode(rv, key), prefix)
+		t2, err := Decode(Encode(rv, key), prefix)
+		rv2, key2 := t2.RV, t2.LastKey
 		if err != nil || rv2 != rv || key2 != key {
 			t.Fatalf("round trip %d %q %q: %d %q %v", rv, key, prefix, rv2, key2, err)
 		}

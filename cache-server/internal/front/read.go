@@ -69,13 +69,17 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource
 		// the apiserver serves from etcd (no watch cache) honours it.
 		limit = p.ListOptions.Limit
 	}
-	result, err := res.Ingester.Store().List(store.ListRequest{
+	req := store.ListRequest{
 		SnapshotRV:        snapshotRV,
 		Namespace:         ns,
 		StartKeyExclusive: p.ContinueKey,
 		Limit:             limit,
 		Match:             p.Matcher(),
-	})
+	}
+	if p.ContinueRemaining >= 0 && snapshotRV != 0 {
+		req.RemainingAfterStart = &p.ContinueRemaining
+	}
+	result, err := res.Ingester.Store().List(req)
 	var expired *store.ExpiredError
 	if errors.As(err, &expired) && p.ContinueKey != "" {
 		// The token's snapshot left the history window: the apiserver's
@@ -86,7 +90,11 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource
 		return writeErrorAs(w, errEnc, err)
 	}
 	meta := metav1.ListMeta{ResourceVersion: formatRV(result.RV), RemainingItemCount: result.RemainingItemCount}
-	if result.ContinueKey != "" {
+	switch {
+	case result.ContinueKey == "":
+	case result.RemainingItemCount != nil:
+		meta.Continue = continuetoken.EncodeCounted(result.RV, result.ContinueKey, keyhash.NamespacePrefix(ns), *result.RemainingItemCount)
+	default:
 		meta.Continue = continuetoken.Encode(result.RV, result.ContinueKey)
 	}
 	return writeList(w, r, res, enc, meta, result.Items)

@@ -121,6 +121,9 @@ type Request struct {
 	Limit int64
 	// ContinueKey is the key to resume after (from the continue token).
 	ContinueKey string
+	// ContinueRemaining is the number of items after ContinueKey that the
+	// previous page counted (continuetoken.Token.Remaining); -1 = unknown.
+	ContinueRemaining int64
 
 	// InitialEvents: a watch starts with the current state as ADDED events.
 	InitialEvents bool
@@ -232,18 +235,18 @@ func classifyList(r *Request, lo *metainternalversion.ListOptions, opts Options)
 		r.Limit = 0
 	}
 	if lo.Continue != "" {
-		rv, key, err := continuetoken.Decode(lo.Continue, keyhash.NamespacePrefix(opts.Namespace))
+		tok, err := continuetoken.Decode(lo.Continue, keyhash.NamespacePrefix(opts.Namespace))
 		if err != nil {
 			return err
 		}
 		if len(lo.ResourceVersion) > 0 && lo.ResourceVersion != "0" {
 			return apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
 		}
-		r.ContinueKey = key
-		if rv == 0 {
+		r.ContinueKey, r.ContinueRemaining = tok.LastKey, tok.Remaining
+		if tok.RV == 0 {
 			r.Read = Read{Mode: ReadConsistent}
 		} else {
-			r.Read = Read{Mode: ReadExact, RV: rv}
+			r.Read = Read{Mode: ReadExact, RV: tok.RV}
 		}
 		return nil
 	}

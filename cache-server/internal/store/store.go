@@ -197,6 +197,11 @@ type ListRequest struct {
 	Namespace string
 	// StartKeyExclusive resumes after this key (from a continue token).
 	StartKeyExclusive string
+	// RemainingAfterStart, when known, is the number of items after
+	// StartKeyExclusive in the range at SnapshotRV (the previous page's
+	// RemainingItemCount). With Match nil the page's RemainingItemCount is
+	// then a subtraction instead of a walk over the rest of the range.
+	RemainingAfterStart *int64
 	// Limit is the maximum number of items returned; <= 0 = no limit.
 	Limit int64
 	// Match is the label/field selector; nil matches everything. Whether it
@@ -254,7 +259,15 @@ func (s *Store) List(req ListRequest) (ListResult, error) {
 	if hasMore {
 		res.ContinueKey = lastSelected
 		if req.Match == nil {
-			n := m.countRest()
+			n := int64(-1)
+			if req.RemainingAfterStart != nil {
+				n = *req.RemainingAfterStart - int64(len(res.Items))
+			}
+			if n < 0 {
+				// Unknown, or a count that cannot be right (every item
+				// after the start is returned or remains).
+				n = m.countRest()
+			}
 			res.RemainingItemCount = &n
 		}
 	}

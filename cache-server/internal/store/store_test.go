@@ -77,25 +77,34 @@ func TestListAgainstModel(t *testing.T) {
 		for _, ns := range namespaces {
 			for _, sel := range []func(*Object) bool{nil, func(o *Object) bool { return o.Labels["even"] == "0" }, func(*Object) bool { return false }} {
 				limit := int64(rng.IntN(12))
-				checkPaging(t, iter, s, m, ns, limit, sel)
+				// Counting the rest per page, and carrying each page's
+				// count to the next (as continue tokens do).
+				checkPaging(t, iter, s, m, ns, limit, sel, false)
+				checkPaging(t, iter, s, m, ns, limit, sel, true)
 			}
 		}
 	}
 }
 
-func checkPaging(t *testing.T, iter int, s *Store, m model, ns string, limit int64, match func(*Object) bool) {
+func checkPaging(t *testing.T, iter int, s *Store, m model, ns string, limit int64, match func(*Object) bool, carry bool) {
 	t.Helper()
 	_, wantAll := m.list(ns, "", match)
 	var got []*Object
 	after := ""
+	var known *int64
 	for page := 0; ; page++ {
 		if page > 1000 {
 			t.Fatal("paging does not terminate")
 		}
-		res, err := s.List(ListRequest{Namespace: ns, StartKeyExclusive: after, Limit: limit, Match: match})
+		req := ListRequest{Namespace: ns, StartKeyExclusive: after, Limit: limit, Match: match}
+		if carry {
+			req.RemainingAfterStart = known
+		}
+		res, err := s.List(req)
 		if err != nil {
 			t.Fatal(err)
 		}
+		known = res.RemainingItemCount
 		if res.Items == nil {
 			t.Fatal("Items is nil")
 		}
