@@ -26,6 +26,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/auth"
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
 	"github.com/cachetier/cachetier/cache-server/internal/front"
+	"github.com/cachetier/cachetier/cache-server/internal/memrelease"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
 	"github.com/cachetier/cachetier/cache-server/internal/upstream"
@@ -145,6 +146,7 @@ func Run(ctx context.Context, cfg Config) error {
 			go namespaces.Run(ctx)
 		}
 	}
+	released := memrelease.New(time.Second, cfg.Log)
 	var resources []front.Resource
 	for _, e := range entries {
 		st, err := store.New(store.Options{Shards: settings.HashShards, HistoryWindow: settings.HistoryWindow})
@@ -160,7 +162,8 @@ func Run(ctx context.Context, cfg Config) error {
 			Resource: e.Resource, Host: host, Client: httpClient, Store: st,
 			Fields: fieldsOf, Metrics: m, Log: cfg.Log,
 			OnEvents: hub.Publish, OnRelist: hub.Relist, OnProgress: hub.Progress,
-			Namespaces: namespaceFilter(e, namespaces),
+			OnInitialLoad: released.Loaded,
+			Namespaces:    namespaceFilter(e, namespaces),
 		})
 		go ing.Run(ctx)
 		resources = append(resources, front.Resource{Entry: e, Ingester: ing, Hub: hub})

@@ -46,6 +46,9 @@ type Options struct {
 	OnRelist func(events []store.Event, rv uint64)
 	// OnProgress receives upstream progress without changes (bookmarks).
 	OnProgress func(rv uint64)
+	// OnInitialLoad, when set, is told once that the first full state of
+	// the resource is in the store (e.g. memrelease.Releaser.Loaded).
+	OnInitialLoad func(objects int)
 	// Namespaces, when set, keeps only objects in namespaces matching the
 	// profile's namespaceSelector (see NamespaceFilter).
 	Namespaces *NamespaceFilter
@@ -450,6 +453,9 @@ func (in *Ingester) replace(objs []*store.Object, rv uint64) error {
 	if !in.isSynced {
 		in.isSynced = true
 		close(in.synced)
+		if in.opts.OnInitialLoad != nil {
+			in.opts.OnInitialLoad(len(objs))
+		}
 	}
 	in.opts.Log.V(1).Info("loaded state", "resource", in.res, "objects", len(objs), "rv", rv, "changes", len(events))
 	return nil
