@@ -49,6 +49,8 @@ type Options struct {
 
 // Wrap returns handler behind authentication and authorization, and the TLS
 // client-auth mode the server must use so clients can present certificates.
+// The server should set ConnContext as its http.Server.ConnContext, which
+// lets authentication answers be reused within a connection.
 func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler, tls.ClientAuthType, error) {
 	cm, err := opts.Client.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
 	if err != nil {
@@ -96,6 +98,9 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 	if err != nil {
 		return nil, 0, fmt.Errorf("build authenticator: %w", err)
 	}
+	// Reuse successful answers within a connection (see conncache.go); only
+	// active on servers whose ConnContext is ConnContext.
+	authn = newConnCachingAuthenticator(authn, rh, ttl)
 	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
 		SubjectAccessReviewClient: opts.Client.AuthorizationV1(),
 		AllowCacheTTL:             ttl,

@@ -190,6 +190,8 @@ func Run(ctx context.Context, cfg Config) error {
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cfg.Certificate}, ClientAuth: clientAuth, MinVersion: tls.VersionTLS12},
+		// Per-connection authentication cache (auth.Wrap's authenticator).
+		ConnContext: auth.ConnContext,
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(cfg.Listener, "", "") }()
