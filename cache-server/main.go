@@ -45,6 +45,7 @@ func runStandalone(args []string) error {
 	certDir := fs.String("cert-dir", "", "where a generated self-signed certificate and its CA are written")
 	hosts := fs.String("tls-hosts", "localhost,127.0.0.1", "comma-separated DNS names/IPs for a generated certificate")
 	verbosity := fs.Int("v", 0, "log verbosity")
+	profiling := fs.Bool("profiling", true, "serve Go's profiles under /debug/pprof/ (authorized like any non-resource path, as kube-apiserver's --profiling)")
 	_ = fs.Parse(args)
 	if *profilePath == "" {
 		return fmt.Errorf("--profile is required")
@@ -79,6 +80,6 @@ func runStandalone(args []string) error {
 	defer stop()
 	return standalone.Run(ctx, standalone.Config{
 		ProfileName: profile.Name, Spec: profile.Spec, Upstream: upstream,
-		Listener: ln, Certificate: cert, Log: logr.Logger(log),
+		Listener: ln, Certificate: cert, Log: logr.Logger(log), Profiling: *profiling,
 	})
 }

@@ -172,3 +172,34 @@ func aggURL(t *testing.T, kubeconfig string) string {
 	out := mustKubectl(t, kubeconfig, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
 	return strings.TrimSpace(out)
 }
+
+// The tier process serves Go's profiles (--profiling, on by default as in
+// kube-apiserver) behind the same authorization as the apiserver's own
+// /debug/pprof: the admin reads them, a user without a nonResourceURLs rule
+// gets the apiserver's 403, word for word.
+func TestProfilingAuthorized(t *testing.T) {
+	adminDirect := filepath.Join(env.CP.Dir, "kubeconfig-admin-direct-pprof")
+	if err := agg.DirectKubeconfig(env.CP.AdminKubeconfig, adminDirect); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustKubectl(t, adminDirect, "get", "--raw", "/debug/pprof/cmdline"); !strings.Contains(out, "cache-server") {
+		t.Fatalf("admin /debug/pprof/cmdline: %q", clip(out))
+	}
+	erin, err := env.CP.UserKubeconfig("erin", "developers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	erinDirect := filepath.Join(env.CP.Dir, "kubeconfig-erin-direct")
+	if err := agg.DirectKubeconfig(erin, erinDirect); err != nil {
+		t.Fatal(err)
+	}
+	want := kubectl(t, erin, "get", "--raw", "/debug/pprof/cmdline")
+	got := kubectl(t, erinDirect, "get", "--raw", "/debug/pprof/cmdline")
+	if want.err == nil || !strings.Contains(want.stderr, "Forbidden") {
+		t.Fatalf("apiserver: want Forbidden: %s", want)
+	}
+	if got.err == nil || got.stderr != want.stderr {
+		t.Fatalf("tier:\n%s\napiserver:\n%s", got, want)
+	}
+	t.Logf("erin: %s", strings.TrimSpace(got.stderr))
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -52,6 +53,10 @@ type Config struct {
 	Log         logr.Logger
 	// Registry receives the tier's metrics (a new one when nil).
 	Registry *prometheus.Registry
+	// Profiling serves net/http/pprof under /debug/pprof/. It sits behind
+	// the same authentication and authorization as everything else (a
+	// non-resource URL: kube-apiserver's own rule for its profiles).
+	Profiling bool
 }
 
 // LoadProfile reads a CacheProfile manifest and applies the defaults the
@@ -180,6 +185,13 @@ func Run(ctx context.Context, cfg Config) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", api)
+	if cfg.Profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	handler, clientAuth, err := auth.Wrap(ctx, auth.Options{
 		Client: kc, PathPrefix: prefix, AlwaysAllowPaths: []string{"/healthz", "/livez", "/readyz"},
 	}, mux)
