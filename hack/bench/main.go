@@ -23,6 +23,7 @@
 package main
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"flag"
@@ -62,6 +63,13 @@ type options struct {
 	pageIters   int
 	concurrency int
 	binary      string
+	// profileDir, when set, receives a CPU profile of each server taken
+	// while it serves full and paginated LISTs (after the measurements).
+	profileDir string
+	// clientDecode makes the LIST client decompress whole bodies.
+	clientDecode bool
+	// tierFlags are extra `cache-server standalone` flags (space-separated).
+	tierFlags string
 }
 
 func main() {
@@ -76,6 +84,9 @@ func main() {
 	flag.IntVar(&o.pageIters, "page-iterations", 5, "paginated LIST walks per server and data set")
 	flag.IntVar(&o.concurrency, "seed-concurrency", 8, "parallel creates while seeding")
 	flag.StringVar(&o.binary, "cache-server", "", "cache-server binary (default: built into a temporary directory)")
+	flag.BoolVar(&o.clientDecode, "client-decode", true, "decompress every LIST body, as client-go does (false: only up to the list metadata); see docs/benchmarks.md")
+	flag.StringVar(&o.tierFlags, "tier-flags", "", "extra cache-server standalone flags, space-separated (e.g. \"--gc-percent=50\")")
+	flag.StringVar(&o.profileDir, "profile-dir", "", "write CPU profiles of both servers under LIST load here (/debug/pprof/profile; both serve it to the admin)")
 	mode := flag.String("mode", "list", "benchmark: list, watchlist, fanout, or watch (watchlist and fanout)")
 	wo := watchFlags()
 	flag.Parse()
@@ -169,7 +180,7 @@ func run(ctx context.Context, o options) error {
 	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-empty", Labels: map[string]string{"bench": "empty"}}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	base, err := startTier(ctx, cp, admin, o.binary, "empty", "configmaps")
+	base, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, "empty", "configmaps")
 	if err != nil {
 		return err
 	}
@@ -190,12 +201,18 @@ func run(ctx context.Context, o options) error {
 		time.Sleep(2 * time.Second)
 		apiAfter := rss(apiPID)
 
-		t, err := startTier(ctx, cp, admin, o.binary, d.name, "configmaps")
+		t, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, d.name, "configmaps")
 		if err != nil {
 			return err
 		}
 		time.Sleep(2 * time.Second)
 		tierRSS := rss(t.pid)
+		if o.profileDir != "" {
+			if err := saveTierMemory(t.cfg, filepath.Join(o.profileDir, d.name+"-tier")); err != nil {
+				t.stop()
+				return err
+			}
+		}
 		path := "/api/v1/namespaces/" + ns + "/configmaps"
 		servers := []struct {
 			cfg *rest.Config
@@ -206,6 +223,13 @@ func run(ctx context.Context, o options) error {
 			if res[i], err = measureServer(s.cfg, s.pid, path, o, d.count); err != nil {
 				t.stop()
 				return err
+			}
+			if o.profileDir != "" {
+				name := filepath.Join(o.profileDir, fmt.Sprintf("%s-%s", d.name, []string{"apiserver", "tier"}[i]))
+				if err := profileServer(s.cfg, path, name); err != nil {
+					t.stop()
+					return err
+				}
 			}
 		}
 		t.stop()
@@ -233,7 +257,7 @@ type tierProc struct {
 // startTier runs `cache-server standalone` caching the given core/v1
 // resource in the namespaces labelled bench=<set>, and waits until it is
 // ready.
-func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.Config, binary, set, resource string) (*tierProc, error) {
+func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.Config, binary, flags, set, resource string) (*tierProc, error) {
 	spec := v1alpha1.CacheProfileSpec{HashShards: 4, Resources: []v1alpha1.CachedResource{{
 		Version: "v1", Resource: resource,
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"bench": set}},
@@ -261,7 +285,8 @@ func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.C
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(binary, "standalone", "--profile", profPath, "--kubeconfig", cp.AdminKubeconfig, "--listen", addr, "--cert-dir", dir)
+	args := []string{"standalone", "--profile", profPath, "--kubeconfig", cp.AdminKubeconfig, "--listen", addr, "--cert-dir", dir}
+	cmd := exec.Command(binary, append(args, strings.Fields(flags)...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -371,6 +396,9 @@ func measureServer(cfg *rest.Config, pid int, path string, o options, count int)
 	list := func(q string) (string, error) {
 		req, _ := http.NewRequest(http.MethodGet, cfg.Host+path+q, nil)
 		req.Header.Set("Accept", "application/json")
+		// Asked for explicitly, so the transport leaves the body as sent
+		// (Go's transport only decompresses what it asked for itself).
+		req.Header.Set("Accept-Encoding", "gzip")
 		resp, err := client.Do(req)
 		if err != nil {
 			return "", err
@@ -380,17 +408,7 @@ func measureServer(cfg *rest.Config, pid int, path string, o options, count int)
 			b, _ := io.ReadAll(resp.Body)
 			return "", fmt.Errorf("%s%s: %d %s", cfg.Host, path, resp.StatusCode, b)
 		}
-		var meta struct {
-			Metadata struct {
-				Continue string `json:"continue"`
-			} `json:"metadata"`
-		}
-		if q == "" {
-			_, err = io.Copy(io.Discard, resp.Body)
-			return "", err
-		}
-		err = decodeJSON(resp.Body, &meta)
-		return meta.Metadata.Continue, err
+		return readPage(resp, o.clientDecode)
 	}
 	// Warm up (and fill the tier's caches).
 	if _, err := list(""); err != nil {
@@ -528,6 +546,169 @@ func printTable(w io.Writer, rows []row) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", r.set, r.metric, r.unit, num(r.api), num(r.tier), ratio)
 	}
 	_ = tw.Flush()
+}
+
+// readPage reads a LIST response to the end and returns its
+// metadata.continue. Both servers gzip bodies over 128 KiB. With decodeAll
+// the client decompresses every byte, as client-go and kubectl do; then, on
+// this 2-core machine, the client's own gunzip (~2 ms per 500-item page)
+// is a large, equal share of both servers' times. Otherwise it decompresses
+// only until it has the list's metadata and reads the rest as it arrives on
+// the wire: the time is then the server's work plus the transfer.
+func readPage(resp *http.Response, decodeAll bool) (string, error) {
+	var body io.Reader = resp.Body
+	if resp.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			return "", err
+		}
+		body = zr
+	}
+	cont, err := continueOf(body)
+	if err != nil {
+		return "", err
+	}
+	if decodeAll {
+		_, err = io.Copy(io.Discard, body)
+	} else {
+		_, err = io.Copy(io.Discard, resp.Body)
+	}
+	return cont, err
+}
+
+// continueOf returns a JSON list's metadata.continue, reading r only as far
+// as the list's metadata (both servers write it before the items; any order
+// works).
+func continueOf(r io.Reader) (string, error) {
+	dec := json.NewDecoder(r)
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", fmt.Errorf("list body does not start with an object: %v %v", tok, err)
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return "", err
+		}
+		if key != "metadata" {
+			var skip json.RawMessage // kind, apiVersion (items only if a server put them first)
+			if err := dec.Decode(&skip); err != nil {
+				return "", err
+			}
+			continue
+		}
+		var meta struct {
+			Continue string `json:"continue"`
+		}
+		if err := dec.Decode(&meta); err != nil {
+			return "", err
+		}
+		return meta.Continue, nil
+	}
+	return "", nil
+}
+
+// profileServer takes two 10-second CPU profiles of a server: while a
+// client sends consistent full LISTs of path back to back, and while it
+// walks path with limit=500. name gets "-full.pprof" / "-paged.pprof".
+func profileServer(cfg *rest.Config, path, name string) error {
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	get := func(q string) (string, error) {
+		resp, err := client.Get(cfg.Host + path + q)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return "", fmt.Errorf("%s: %d", path, resp.StatusCode)
+		}
+		return readPage(resp, true)
+	}
+	full := func() error { _, err := get(""); return err }
+	paged := func() error {
+		for cont := ""; ; {
+			q := "?limit=500"
+			if cont != "" {
+				q += "&continue=" + cont
+			}
+			var err error
+			if cont, err = get(q); err != nil || cont == "" {
+				return err
+			}
+		}
+	}
+	for suffix, load := range map[string]func() error{"-full.pprof": full, "-paged.pprof": paged} {
+		stop := make(chan struct{})
+		loadErr := make(chan error, 1)
+		go func() {
+			for {
+				select {
+				case <-stop:
+					loadErr <- nil
+					return
+				default:
+				}
+				if err := load(); err != nil {
+					loadErr <- err
+					return
+				}
+			}
+		}()
+		resp, err := client.Get(cfg.Host + "/debug/pprof/profile?seconds=10")
+		if err == nil {
+			var f *os.File
+			if f, err = os.Create(name + suffix); err == nil {
+				_, err = io.Copy(f, resp.Body)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+			}
+			resp.Body.Close()
+		}
+		close(stop)
+		if lerr := <-loadErr; err == nil {
+			err = lerr
+		}
+		if err != nil {
+			return fmt.Errorf("profile %s: %w", name+suffix, err)
+		}
+		fmt.Fprintf(os.Stderr, "bench: wrote %s\n", name+suffix)
+	}
+	return nil
+}
+
+// saveTierMemory writes the tier's heap profile (name-heap.pprof) and its
+// Go memory statistics from /metrics (name-memstats.txt): where its resident
+// memory goes (live heap, heap not yet returned to the OS, runtime).
+func saveTierMemory(cfg *rest.Config, name string) error {
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	// The heap profile first: ?gc=1 collects before profiling, so the
+	// metrics read next show the live heap.
+	for _, pf := range [][2]string{{"/debug/pprof/heap?gc=1", name + "-heap.pprof"}, {"/metrics", name + "-metrics.txt"}} {
+		path, file := pf[0], pf[1]
+		resp, err := client.Get(cfg.Host + path)
+		if err != nil {
+			return err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("%s: %d %s", path, resp.StatusCode, body)
+		}
+		if err := os.WriteFile(file, body, 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "bench: wrote %s\n", file)
+	}
+	return nil
 }
 
 func decodeJSON(r io.Reader, v any) error {

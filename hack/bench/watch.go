@@ -154,7 +154,7 @@ func benchWatchList(ctx context.Context, env *benchEnv, o options, wo *watchOpti
 	if _, err := env.kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-empty", Labels: map[string]string{"bench": "empty"}}}, metav1.CreateOptions{}); err != nil {
 		return nil, nil, err
 	}
-	empty, err := startTier(ctx, env.cp, env.admin, o.binary, "empty", "secrets")
+	empty, err := startTier(ctx, env.cp, env.admin, o.binary, o.tierFlags, "empty", "secrets")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -162,7 +162,7 @@ func benchWatchList(ctx context.Context, env *benchEnv, o options, wo *watchOpti
 	emptyRSS := rss(empty.pid)
 	empty.stop()
 
-	t, err := startTier(ctx, env.cp, env.admin, o.binary, set, "secrets")
+	t, err := startTier(ctx, env.cp, env.admin, o.binary, o.tierFlags, set, "secrets")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -626,7 +626,7 @@ func benchFanout(ctx context.Context, env *benchEnv, o options, wo *watchOptions
 			return nil, nil, err
 		}
 	}
-	t, err := startTier(ctx, env.cp, env.admin, o.binary, set, "configmaps")
+	t, err := startTier(ctx, env.cp, env.admin, o.binary, o.tierFlags, set, "configmaps")
 	if err != nil {
 		return nil, nil, err
 	}
