@@ -208,7 +208,7 @@ func run(ctx context.Context, o options) error {
 		time.Sleep(2 * time.Second)
 		tierRSS := rss(t.pid)
 		if o.profileDir != "" {
-			if err := saveTierMemory(t.cfg, filepath.Join(o.profileDir, d.name+"-tier")); err != nil {
+			if err := saveTierMemory(t.cfg, filepath.Join(o.profileDir, d.name+"-tier"), true); err != nil {
 				t.stop()
 				return err
 			}
@@ -680,16 +680,21 @@ func profileServer(cfg *rest.Config, path, name string) error {
 }
 
 // saveTierMemory writes the tier's heap profile (name-heap.pprof) and its
-// Go memory statistics from /metrics (name-memstats.txt): where its resident
-// memory goes (live heap, heap not yet returned to the OS, runtime).
-func saveTierMemory(cfg *rest.Config, name string) error {
+// Go memory statistics from /metrics (name-metrics.txt): where its resident
+// memory goes (live heap, heap not yet returned to the OS, runtime). With
+// collect, the tier collects first (the metrics then show the live heap);
+// otherwise the profile is as of the last collection and nothing is
+// disturbed.
+func saveTierMemory(cfg *rest.Config, name string, collect bool) error {
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return err
 	}
-	// The heap profile first: ?gc=1 collects before profiling, so the
-	// metrics read next show the live heap.
-	for _, pf := range [][2]string{{"/debug/pprof/heap?gc=1", name + "-heap.pprof"}, {"/metrics", name + "-metrics.txt"}} {
+	heap := "/debug/pprof/heap"
+	if collect {
+		heap += "?gc=1" // before /metrics, which then shows the live heap
+	}
+	for _, pf := range [][2]string{{heap, name + "-heap.pprof"}, {"/metrics", name + "-metrics.txt"}} {
 		path, file := pf[0], pf[1]
 		resp, err := client.Get(cfg.Host + path)
 		if err != nil {

@@ -28,6 +28,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,9 @@ import (
 )
 
 type watchOptions struct {
+	// midRun, when set, is called (once, in its own goroutine) when half
+	// the watch-list clients have synced: the tier's memory mid-run.
+	midRun            func(cfg *rest.Config)
 	watchList, fanout bool
 
 	// watchlist
@@ -168,7 +172,18 @@ func benchWatchList(ctx context.Context, env *benchEnv, o options, wo *watchOpti
 	}
 	time.Sleep(2 * time.Second)
 	fmt.Fprintf(os.Stderr, "bench: watch-list on the tier: %d %s clients\n", wo.clients, wo.client)
+	if o.profileDir != "" {
+		if err := saveTierMemory(t.cfg, filepath.Join(o.profileDir, "watchlist-tier-before"), true); err != nil {
+			return nil, nil, err
+		}
+		wo.midRun = func(cfg *rest.Config) {
+			if err := saveTierMemory(cfg, filepath.Join(o.profileDir, "watchlist-tier-midrun"), false); err != nil {
+				fmt.Fprintln(os.Stderr, "bench:", err)
+			}
+		}
+	}
 	tierRes, err := measureWatchList(ctx, t.cfg, t.pid, ns, wo)
+	wo.midRun = nil
 	t.stop()
 	if err != nil {
 		return nil, nil, fmt.Errorf("tier: %w", err)
@@ -423,6 +438,7 @@ func measureWatchList(ctx context.Context, base *rest.Config, pid int, ns string
 	times := make([]time.Duration, wo.clients)
 	errs := make([]error, wo.clients)
 	var wg, synced sync.WaitGroup
+	var syncedCount atomic.Int64
 	startGate := make(chan struct{})
 	start := time.Now()
 	for i := range wo.clients {
@@ -435,6 +451,9 @@ func measureWatchList(ctx context.Context, base *rest.Config, pid int, ns string
 			// informer does) until runCtx ends.
 			errs[i] = syncFn(runCtx)
 			times[i] = time.Since(start)
+			if n := syncedCount.Add(1); n == int64(wo.clients/2) && wo.midRun != nil {
+				go wo.midRun(cfg)
+			}
 			synced.Done()
 		}()
 	}
