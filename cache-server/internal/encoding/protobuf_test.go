@@ -213,3 +213,19 @@ func TestCacheBounded(t *testing.T) {
 	n, _ := p.CacheStats()
 	t.Fatalf("%d entries left after their objects were collected", n)
 }
+
+// The three-part frame is byte for byte the built one, for message sizes
+// around the varint length boundaries.
+func TestWatchObjectFrameMatchesWatchFrame(t *testing.T) {
+	for _, n := range []int{0, 1, 100, 127, 128, 16383, 16384, 600 << 10} {
+		msg := bytes.Repeat([]byte{0x5a}, n)
+		for _, typ := range []string{"ADDED", "MODIFIED", "DELETED"} {
+			head, tail := WatchObjectFrame(typ, "v1", "Secret", len(msg))
+			got := append(append(append([]byte(nil), head...), msg...), tail...)
+			want := WatchFrame(typ, Envelope("v1", "Secret", msg))
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%s, %d-byte message: three-part frame differs from WatchFrame", typ, n)
+			}
+		}
+	}
+}

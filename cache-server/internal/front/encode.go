@@ -272,20 +272,25 @@ func encodeObject(res *resource, enc encoding, o *store.Object) ([]byte, error) 
 			return nil, err
 		}
 		return marshalLine(tbl)
-	case encProtobuf:
-		msg, err := res.protobuf.Object(res.GVR.GroupVersion().WithKind(res.APIResource.Kind), o)
+	case encProtobuf, encProtobufPartialMetadata:
+		apiVersion, kind, msg, err := protobufMessage(res, enc, o)
 		if err != nil {
 			return nil, err
 		}
-		return encoding_.Envelope(res.GVR.GroupVersion().String(), res.APIResource.Kind, msg), nil
-	case encProtobufPartialMetadata:
-		msg, err := res.protobuf.Metadata(o)
-		if err != nil {
-			return nil, err
-		}
-		return encoding_.Envelope("meta.k8s.io/v1", "PartialObjectMetadata", msg), nil
+		return encoding_.Envelope(apiVersion, kind, msg), nil
 	}
 	return o.Raw, nil
+}
+
+// protobufMessage is o's protobuf message in a protobuf enc (from the
+// front's cache when warm) and the type its envelope names.
+func protobufMessage(res *resource, enc encoding, o *store.Object) (apiVersion, kind string, msg []byte, err error) {
+	if enc == encProtobufPartialMetadata {
+		msg, err = res.protobuf.Metadata(o)
+		return "meta.k8s.io/v1", "PartialObjectMetadata", msg, err
+	}
+	msg, err = res.protobuf.Object(res.GVR.GroupVersion().WithKind(res.APIResource.Kind), o)
+	return res.GVR.GroupVersion().String(), res.APIResource.Kind, msg, err
 }
 
 // encodeList is a whole LIST body in enc. Items are the stored bytes (JSON)

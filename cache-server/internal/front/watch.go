@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
+	encoding_ "github.com/cachetier/cachetier/cache-server/internal/encoding"
 	"github.com/cachetier/cachetier/cache-server/internal/listparams"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
 	"github.com/cachetier/cachetier/cache-server/internal/watch"
@@ -235,6 +236,11 @@ func (ww *watchWriter) frame(typ string, obj []byte) error {
 			}
 		}
 	}
+	return ww.sent(typ, err)
+}
+
+// sent counts an event written without error and returns err.
+func (ww *watchWriter) sent(typ string, err error) error {
 	if err == nil {
 		ww.s.opts.Metrics.WatchEvents.WithLabelValues(ww.res.label, typ).Inc()
 	}
@@ -252,6 +258,21 @@ func (ww *watchWriter) writeEvent(o watch.Out) error {
 		cp.Raw = raw
 		cp.RV = o.RV
 		obj = &cp
+	}
+	if ww.enc.isProtobuf() {
+		// The cached message goes out as is, between its frame's head
+		// and tail (encoding.WatchObjectFrame): no per-watcher copy.
+		apiVersion, kind, msg, err := protobufMessage(ww.res, ww.enc, obj)
+		if err != nil {
+			return err
+		}
+		head, tail := encoding_.WatchObjectFrame(o.Type, apiVersion, kind, len(msg))
+		if _, err = ww.w.Write(head); err == nil {
+			if _, err = ww.w.Write(msg); err == nil {
+				_, err = ww.w.Write(tail)
+			}
+		}
+		return ww.sent(o.Type, err)
 	}
 	data, err := ww.encodeObject(obj)
 	if err != nil {
