@@ -14,7 +14,8 @@ import (
 // (k8s.io/apiserver/pkg/endpoints/handlers/responsewriters, feature
 // APIResponseCompression, on by default): a GET or LIST response is gzipped
 // at level 1 when the request's Accept-Encoding has a "gzip" token and the
-// body is larger than 128 KiB; watch streams never are. Go's http.Client
+// body is larger than 128 KiB; watch streams are not, except watch-lists
+// (feature WatchListCompression, see watchBody). Go's http.Client
 // (so client-go, kubectl, informers) asks for gzip by default and
 // decompresses transparently; the aggregator passes the encoding through.
 //
@@ -130,4 +131,129 @@ func (b *bodyWriters) write(w http.ResponseWriter, gzipOK bool, enc encoding, bo
 	out.Reset(nil)
 	b.bufs.Put(out)
 	return http.StatusOK
+}
+
+// watchBody is where a watch stream's frames go: the ResponseWriter itself,
+// or for a compressed watch-list a sequence of gzip members.
+//
+// kube-apiserver gzips watch-list responses since 1.37 (feature
+// WatchListCompression, beta, on by default; handlers/watch.go
+// watchResponseWriter): a watch with sendInitialEvents=true and
+// allowWatchBookmarks=true (isListWatchRequest, after the defaulting that
+// makes a watch at resourceVersion ""/"0" without resourceVersionMatch one)
+// whose Accept-Encoding has a "gzip" token gets Content-Encoding gzip
+// whatever its size; other watches never do. The tier
+// does the same for the reason it compresses LISTs: a watch-list of large
+// objects (what client-go's informers send when WatchListClient is on,
+// always with Accept-Encoding gzip) would otherwise be several times larger
+// on the wire than from the apiserver, which through the aggregator is the
+// difference a remote client sees.
+//
+// As the apiserver's perFlushGzipWriter, the compressor is taken from the
+// pool at the first write after a flush and every Flush ends the gzip
+// member (the client's gzip reader reads the members as one stream),
+// returns the compressor to the pool and flushes the response: an idle
+// watch holds no compression state, and whatever was flushed is decodable
+// by the client at once. The compressor's output is collected in a pooled
+// streamBufferSize buffer while a member is open (see start).
+type watchBody struct {
+	b        *bodyWriters
+	w        http.ResponseWriter
+	rc       *http.ResponseController
+	compress bool
+	gw       *gzip.Writer  // the open member; nil between flushes
+	out      *bufio.Writer // gw's output while a member is open
+}
+
+// watchBody sets the response's encoding headers (before WriteHeader) and
+// returns the body writer; compress is the caller's decision by the
+// apiserver's rule (a watch-list and acceptsGzip).
+func (b *bodyWriters) watchBody(w http.ResponseWriter, rc *http.ResponseController, compress bool) *watchBody {
+	if compress {
+		h := w.Header()
+		h.Set("Content-Encoding", "gzip")
+		h.Add("Vary", "Accept-Encoding")
+	}
+	return &watchBody{b: b, w: w, rc: rc, compress: compress}
+}
+
+// Write writes p uncompressed or into the open gzip member, starting one if
+// none is. p is not retained (the compressor copies it into its window),
+// so callers may write stored bytes without copying them.
+func (wb *watchBody) Write(p []byte) (int, error) {
+	if !wb.compress {
+		return wb.w.Write(p)
+	}
+	if wb.gw == nil {
+		wb.out = wb.b.bufs.Get().(*bufio.Writer)
+		wb.out.Reset(wb.w)
+		wb.gw = wb.b.gzip.Get().(*gzip.Writer)
+		wb.gw.Reset(wb.out)
+	}
+	return wb.gw.Write(p)
+}
+
+// WriteString keeps the ResponseWriter's WriteString for plain streams.
+func (wb *watchBody) WriteString(s string) (int, error) {
+	if !wb.compress {
+		return io.WriteString(wb.w, s)
+	}
+	return wb.Write([]byte(s))
+}
+
+// Flush ends the open gzip member, if any, and flushes the response; a
+// compressed stream with nothing written since the last flush is left
+// alone (the apiserver's perFlushGzipWriter.Flush). A write error (a client
+// gone, a write deadline passed) is returned.
+func (wb *watchBody) Flush() error {
+	if wb.compress {
+		if wb.gw == nil {
+			return nil
+		}
+		if err := wb.endMember(); err != nil {
+			return err
+		}
+	}
+	return wb.rc.Flush()
+}
+
+// Close ends the open gzip member, if any, without flushing the response
+// (the server completes it when the handler returns), and returns the
+// compressor and buffer to their pools. It must be called before the
+// handler returns, whatever ended the stream; calling it again does
+// nothing.
+func (wb *watchBody) Close() error {
+	if wb.gw == nil {
+		return nil
+	}
+	return wb.endMember()
+}
+
+// endMember completes the gzip member and writes it out of the buffer;
+// after an earlier write error it just returns that error.
+//
+// The sync flush before Close is what the apiserver does too, and it is
+// not redundant: Close alone puts the member's last data in the final
+// deflate block, which Go's gzip.Reader (so net/http's transparent
+// decompression, client-go) hands out together with the end of the
+// member, after it has read the trailer and the next member's header. On
+// a live stream that read blocks until the next flush: a client would get
+// the initial-events-end bookmark only with the next event. After the
+// sync flush the data comes out of an empty non-final stored block and the
+// final block carries none.
+func (wb *watchBody) endMember() error {
+	err := wb.gw.Flush()
+	if err == nil {
+		err = wb.gw.Close()
+	}
+	if err == nil {
+		err = wb.out.Flush()
+	}
+	wb.gw.Reset(nil) // drop the reference to this response
+	wb.b.gzip.Put(wb.gw)
+	wb.gw = nil
+	wb.out.Reset(nil)
+	wb.b.bufs.Put(wb.out)
+	wb.out = nil
+	return err
 }

@@ -129,20 +129,29 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resourc
 		watcher, setupErr = res.Hub.Watch(wreq)
 	}
 
-	ww := &watchWriter{s: s, w: w, rc: rc, res: res, enc: enc}
+	// A watch-list (the apiserver's isListWatchRequest: sendInitialEvents
+	// and allowWatchBookmarks) is gzipped when the client accepts it, from
+	// the first byte of the body, an in-stream setup error included (the
+	// apiserver serves that through the same writer); see watchBody.
+	body := res.bodies.watchBody(w, rc, p.InitialEventsEndBookmark && acceptsGzip(r))
+	// Ends an unfinished gzip member and returns the compressor to its
+	// pool however the stream ends (client gone, timeout, terminated as
+	// too slow, hub closed); before handlerDone is set.
+	defer body.Close()
+	ww := &watchWriter{s: s, w: body, res: res, enc: enc}
 	ct := enc.contentType()
 	if enc.isProtobuf() {
 		ct += ";stream=watch"
 	}
 	w.Header().Set("Content-Type", ct)
 	w.WriteHeader(http.StatusOK)
-	_ = rc.Flush()
+	_ = rc.Flush() // the headers only, uncompressed
 	if setupErr != nil {
 		if errors.Is(setupErr, context.Canceled) && r.Context().Err() != nil {
 			return http.StatusOK
 		}
 		_ = ww.writeError(setupErr)
-		_ = rc.Flush()
+		_ = body.Flush()
 		return http.StatusOK
 	}
 	defer watcher.Stop()
@@ -170,7 +179,12 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resourc
 			}
 			s.opts.Metrics.WatchListInitial.WithLabelValues(res.label).Observe(time.Since(start).Seconds())
 		}
-		if err := rc.Flush(); err != nil {
+		// Right after the initial-events-end bookmark, as the apiserver
+		// flushes (ending the gzip member of a compressed watch-list).
+		// It may also flush within the initial events, whenever its
+		// serving goroutine finds the cacher's channel empty; the
+		// snapshot here is written in one go, so one member.
+		if err := body.Flush(); err != nil {
 			return http.StatusOK
 		}
 	}
@@ -189,7 +203,10 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resourc
 			}
 		}
 		if len(out) > 0 {
-			if rc.Flush() != nil {
+			// What was queued has been written: flush, as the apiserver
+			// does after an event when its channel is empty (one gzip
+			// member per batch for a compressed watch-list).
+			if body.Flush() != nil {
 				return http.StatusOK
 			}
 			now := time.Now()
@@ -212,8 +229,7 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resourc
 // WatchEvents (framing and object encodings from encode.go).
 type watchWriter struct {
 	s   *Server
-	w   http.ResponseWriter
-	rc  *http.ResponseController
+	w   io.Writer // the watchBody
 	res *resource
 	enc encoding
 	// tableHeaderSent: only the first Table carries column definitions,
@@ -229,7 +245,8 @@ func (ww *watchWriter) frame(typ string, obj []byte) error {
 		// Three writes instead of one concatenated frame: the object is
 		// the stored bytes, and copying them per event per watcher was the
 		// bulk of a watch-list's garbage (a 500 KiB Secret to 64 watchers
-		// is 32 MiB per event). The ResponseWriter buffers the small parts.
+		// is 32 MiB per event). The ResponseWriter buffers the small parts
+		// (the compressor, for a gzipped watch-list, copies all three).
 		if _, err = io.WriteString(ww.w, `{"type":`+strconv.Quote(typ)+`,"object":`); err == nil {
 			if _, err = ww.w.Write(bytes.TrimRight(obj, "\n")); err == nil {
 				_, err = io.WriteString(ww.w, "}\n")

@@ -1,0 +1,343 @@
+package front
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/cachetier/cachetier/cache-server/internal/catalog"
+	"github.com/cachetier/cachetier/cache-server/internal/fields"
+	"github.com/cachetier/cachetier/cache-server/internal/metrics"
+	"github.com/cachetier/cachetier/cache-server/internal/store"
+	"github.com/cachetier/cachetier/cache-server/internal/upstream"
+	"github.com/cachetier/cachetier/cache-server/internal/watch"
+)
+
+// newWatchTier is newBenchTier with a watch hub: a Server that serves
+// watches of the fake apiserver's ConfigMaps, behind an httptest server.
+func newWatchTier(t *testing.T, objs [][]byte) string {
+	t.Helper()
+	api := httptest.NewServer(&fakeAPIServer{objs: objs, rv: uint64(1000 + len(objs))})
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	res := upstream.Resource{GVR: gvr, Kind: "ConfigMap", Namespaced: true}
+	fr, err := fields.New(fields.Spec{GVR: gvr, Kind: "ConfigMap", Namespaced: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.New(store.Options{Shards: 4, HistoryWindow: 150 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New(prometheus.NewRegistry())
+	hub := watch.New(watch.Options{Resource: "configmaps", Store: st, Metrics: m, Log: logr.Discard()})
+	ing := upstream.New(upstream.Options{
+		Resource: res, Host: api.URL, Client: api.Client(), Store: st, Metrics: m, Log: logr.Discard(),
+		OnEvents: hub.Publish, OnRelist: hub.Relist, OnProgress: hub.Progress,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	go ing.Run(ctx)
+	select {
+	case <-ing.Synced():
+	case <-time.After(60 * time.Second):
+		t.Fatal("ingester did not sync")
+	}
+	srv := New(Options{
+		Resources: []Resource{{
+			Entry: catalog.Entry{
+				Resource:    res,
+				APIResource: metav1.APIResource{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: []string{"get", "list", "watch"}},
+				Fields:      fr,
+			},
+			Ingester: ing,
+			Hub:      hub,
+		}},
+		Metrics: m, Log: logr.Discard(),
+	})
+	tier := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		tier.CloseClientConnections()
+		tier.Close()
+		hub.Close()
+		cancel()
+		api.CloseClientConnections()
+		api.Close()
+	})
+	return tier.URL
+}
+
+// watchHead is a watch response's status, encoding headers and its first
+// frames: JSON lines up to and including the first initial-events-end
+// bookmark, or the first n length-prefixed protobuf frames. The stream is
+// read live (the server keeps it open) through Go's gzip reader, as
+// net/http decompresses for client-go.
+type watchHead struct {
+	code            int
+	contentEncoding string
+	vary            string
+	frames          []byte
+}
+
+func readWatchHead(t *testing.T, url, accept, acceptEncoding string, protobufFrames int) watchHead {
+	t.Helper()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header.Set("Accept", accept)
+	if acceptEncoding != "" {
+		req.Header.Set("Accept-Encoding", acceptEncoding)
+	}
+	// Without DisableCompression the transport would ask for gzip itself
+	// and hide the encoding.
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	h := watchHead{code: resp.StatusCode, contentEncoding: resp.Header.Get("Content-Encoding"), vary: resp.Header.Get("Vary")}
+	var body io.Reader = resp.Body
+	if h.contentEncoding == "gzip" {
+		zr, err := gzip.NewReader(resp.Body) // multistream: the members read as one stream
+		if err != nil {
+			t.Fatalf("%s: %v", url, err)
+		}
+		body = zr
+	}
+	br := bufio.NewReader(body)
+	var out bytes.Buffer
+	if protobufFrames > 0 {
+		for range protobufFrames {
+			var n [4]byte
+			if _, err := io.ReadFull(br, n[:]); err != nil {
+				t.Fatalf("%s: after %d bytes: %v", url, out.Len(), err)
+			}
+			out.Write(n[:])
+			if _, err := io.CopyN(&out, br, int64(binary.BigEndian.Uint32(n[:]))); err != nil {
+				t.Fatalf("%s: %v", url, err)
+			}
+		}
+	} else {
+		for {
+			line, err := br.ReadBytes('\n')
+			out.Write(line)
+			if err != nil {
+				t.Fatalf("%s: after %d bytes: %v", url, out.Len(), err)
+			}
+			if bytes.Contains(line, []byte(`"type":"BOOKMARK"`)) && bytes.Contains(line, []byte(initialEventsEnd)) {
+				break
+			}
+		}
+	}
+	// The reader may return what it read with the error that ended the
+	// request: a stream that stalled (the last frames held back until the
+	// next gzip member) shows as the time it took.
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("%s, Accept-Encoding %q: the frames took %s to arrive", url, acceptEncoding, d)
+	}
+	h.frames = out.Bytes()
+	return h
+}
+
+// A watch-list is gzipped, as kube-apiserver 1.37 does it, when the
+// client's Accept-Encoding has a gzip token: the same frames, in gzip
+// members that a client reading the live stream can decode up to the
+// initial-events-end bookmark. Other watches and watch-lists without gzip
+// are not compressed.
+func TestWatchListCompression(t *testing.T) {
+	const n = 300
+	base := newWatchTier(t, benchObjects(n, 2048)) + benchPath
+	const pb = "application/vnd.kubernetes.protobuf"
+
+	// Watch-lists: sendInitialEvents=true and allowWatchBookmarks=true,
+	// also by the apiserver's defaulting of a watch at RV ""/"0" without
+	// resourceVersionMatch (SetListOptionsDefaults, WatchList on).
+	for _, tc := range []struct {
+		name, query, accept string
+		frames              int // protobuf frames to read; 0: JSON up to the bookmark
+	}{
+		{"json", "?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan", "application/json", 0},
+		{"protobuf", "?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan", pb, n + 1},
+		{"defaulted rv=0", "?watch=1&resourceVersion=0&allowWatchBookmarks=true", "application/json", 0},
+	} {
+		plain := readWatchHead(t, base+tc.query, tc.accept, "", tc.frames)
+		if plain.code != http.StatusOK || plain.contentEncoding != "" || plain.vary != "" {
+			t.Fatalf("%s watch-list without Accept-Encoding: %d, Content-Encoding %q, Vary %q", tc.name, plain.code, plain.contentEncoding, plain.vary)
+		}
+		if tc.frames == 0 {
+			if lines := bytes.Count(plain.frames, []byte("\n")); lines != n+1 {
+				t.Fatalf("%s: %d lines up to the bookmark, want %d", tc.name, lines, n+1)
+			}
+		}
+		for _, ae := range []string{"gzip", "deflate, gzip", "br", "gzip;q=1.0"} {
+			got := readWatchHead(t, base+tc.query, tc.accept, ae, tc.frames)
+			gz := ae == "gzip" || ae == "deflate, gzip"
+			if got.code != http.StatusOK || (got.contentEncoding == "gzip") != gz {
+				t.Fatalf("%s watch-list, Accept-Encoding %q: %d, Content-Encoding %q", tc.name, ae, got.code, got.contentEncoding)
+			}
+			if want := map[bool]string{true: "Accept-Encoding"}[gz]; got.vary != want {
+				t.Errorf("%s watch-list, Accept-Encoding %q: Vary %q, want %q", tc.name, ae, got.vary, want)
+			}
+			if !bytes.Equal(got.frames, plain.frames) {
+				t.Errorf("%s watch-list, Accept-Encoding %q: frames differ from the uncompressed response (%d vs %d bytes)", tc.name, ae, len(got.frames), len(plain.frames))
+			}
+		}
+	}
+
+	// Initial events without the end bookmark: not watch-lists, never
+	// compressed.
+	for _, q := range []string{
+		"?watch=1&resourceVersion=0",
+		"?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan",
+	} {
+		got := readWatchHead(t, base+q, pb, "gzip", n)
+		if got.code != http.StatusOK || got.contentEncoding != "" || got.vary != "" {
+			t.Errorf("%s with gzip: %d, Content-Encoding %q, Vary %q", q, got.code, got.contentEncoding, got.vary)
+		}
+	}
+	// A watch from an RV (the fake apiserver's): only the headers come.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"?watch=1&allowWatchBookmarks=true&resourceVersion="+strconv.Itoa(1000+n), nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "" || resp.Header.Get("Vary") != "" {
+		t.Errorf("watch from an RV with gzip: %d, Content-Encoding %q, Vary %q", resp.StatusCode, resp.Header.Get("Content-Encoding"), resp.Header.Get("Vary"))
+	}
+}
+
+// pipeResponse is a ResponseWriter whose body goes into a pipe, so that a
+// test reads it as a client reads a live stream.
+type pipeResponse struct {
+	h       http.Header
+	pw      *io.PipeWriter
+	flushes int
+}
+
+func (p *pipeResponse) Header() http.Header         { return p.h }
+func (p *pipeResponse) WriteHeader(int)             {}
+func (p *pipeResponse) Write(b []byte) (int, error) { return p.pw.Write(b) }
+func (p *pipeResponse) Flush()                      { p.flushes++ }
+
+// watchBody: every Flush ends a gzip member that a reader of the live
+// stream decodes completely before the next member starts (the writer
+// waits for the reader between frames), the compressor goes back to the
+// pool at each flush and at Close, and a write error is returned.
+func TestWatchBodyMembers(t *testing.T) {
+	b := newBodyWriters()
+	pr, pw := io.Pipe()
+	rw := &pipeResponse{h: http.Header{}, pw: pw}
+	wb := b.watchBody(rw, http.NewResponseController(rw), true)
+	if rw.h.Get("Content-Encoding") != "gzip" || rw.h.Get("Vary") != "Accept-Encoding" {
+		t.Fatalf("headers %v", rw.h)
+	}
+	frames := []string{`{"type":"ADDED","object":{"a":1}}`, `{"type":"BOOKMARK","object":{"b":2}}`, `{"type":"MODIFIED","object":{"c":"` + strings.Repeat("x", 200000) + `"}}`}
+	read := make(chan string)
+	writerErr := make(chan error, 1)
+	go func() {
+		for i, f := range frames {
+			// Three writes per frame, as watchWriter.frame does.
+			for _, part := range []string{f[:10], f[10 : len(f)-1], f[len(f)-1:] + "\n"} {
+				if _, err := io.WriteString(wb, part); err != nil {
+					writerErr <- err
+					return
+				}
+			}
+			if err := wb.Flush(); err != nil {
+				writerErr <- err
+				return
+			}
+			if wb.gw != nil || wb.out != nil {
+				writerErr <- errors.New("compressor kept after Flush")
+				return
+			}
+			if rw.flushes != i+1 {
+				writerErr <- errors.New("response not flushed")
+				return
+			}
+			if got := <-read; got != f+"\n" {
+				writerErr <- errors.New("frame read differs")
+				return
+			}
+		}
+		// Left open at the end: Close completes the member.
+		_, _ = wb.Write([]byte("tail\n"))
+		writerErr <- wb.Close()
+		_ = wb.Close() // again: nothing
+		pw.Close()
+	}()
+	zr, err := gzip.NewReader(pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(zr)
+	for range frames {
+		lineCh := make(chan string, 1)
+		go func() {
+			line, _ := br.ReadString('\n')
+			lineCh <- line
+		}()
+		select {
+		case line := <-lineCh:
+			read <- line
+		case err := <-writerErr:
+			t.Fatal(err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a flushed frame was not readable before the next member")
+		}
+	}
+	rest, err := io.ReadAll(br) // until the writer closes the pipe
+	if err := <-writerErr; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || string(rest) != "tail\n" {
+		t.Fatalf("after Close: %q, %v", rest, err)
+	}
+
+	// A write error (the client went away) is returned by the writes or at
+	// the latest by Flush, and the compressor still goes back to the pool.
+	pr, pw = io.Pipe()
+	pr.CloseWithError(errors.New("gone"))
+	rw = &pipeResponse{h: http.Header{}, pw: pw}
+	wb = b.watchBody(rw, http.NewResponseController(rw), true)
+	_, werr := wb.Write([]byte(strings.Repeat("y", 1<<20)))
+	ferr := wb.Flush()
+	if werr == nil && ferr == nil {
+		t.Fatal("write error not reported")
+	}
+	if wb.gw != nil {
+		t.Fatal("compressor kept after a failed Flush")
+	}
+
+	// Uncompressed: writes go through, Flush flushes, no headers.
+	var buf bytes.Buffer
+	rec := httptest.NewRecorder()
+	rec.Body = &buf
+	wb = b.watchBody(rec, http.NewResponseController(rec), false)
+	_, _ = io.WriteString(wb, "a\n")
+	if err := wb.Flush(); err != nil || !rec.Flushed || buf.String() != "a\n" || rec.Header().Get("Content-Encoding") != "" {
+		t.Fatalf("plain: %v %v %q %v", err, rec.Flushed, buf.String(), rec.Header())
+	}
+}
