@@ -34,6 +34,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
 	"github.com/cachetier/cachetier/cache-server/internal/upstream"
+	"github.com/cachetier/cachetier/cache-server/internal/watch"
 	"github.com/cachetier/cachetier/internal/pki"
 )
 
@@ -110,13 +111,15 @@ type benchTier struct {
 // newBenchTier starts a fake apiserver with n objects of size bytes and a
 // tier (ingester, store, front) synced from it.
 func newBenchTier(tb testing.TB, objs [][]byte) *benchTier {
-	return newBenchTierFields(tb, objs, true)
+	return newBenchTierFields(tb, objs, true, false)
 }
 
 // newBenchTierFields is newBenchTier; withFields=false ingests without a
 // FieldsFunc (no full decode of each object), which is what a resource
-// whose field selectors are only metadata.name/namespace could do.
-func newBenchTierFields(tb testing.TB, objs [][]byte, withFields bool) *benchTier {
+// whose field selectors are only metadata.name/namespace could do;
+// withHub adds the watch hub standalone wires in, so the Server serves
+// watches too.
+func newBenchTierFields(tb testing.TB, objs [][]byte, withFields, withHub bool) *benchTier {
 	tb.Helper()
 	api := &fakeAPIServer{objs: objs, rv: uint64(1000 + len(objs))}
 	hs := httptest.NewServer(api)
@@ -141,11 +144,17 @@ func newBenchTierFields(tb testing.TB, objs [][]byte, withFields bool) *benchTie
 	if !withFields {
 		fieldsOf = nil
 	}
-	ing := upstream.New(upstream.Options{
+	opts := upstream.Options{
 		Resource: res, Host: hs.URL, Client: hs.Client(), Store: st, Metrics: m, Log: logr.Discard(),
 		// As standalone wires it: the fields package computes the set.
 		Fields: fieldsOf,
-	})
+	}
+	var hub *watch.Hub
+	if withHub {
+		hub = watch.New(watch.Options{Resource: "configmaps", Store: st, Metrics: m, Log: logr.Discard()})
+		opts.OnEvents, opts.OnRelist, opts.OnProgress = hub.Publish, hub.Relist, hub.Progress
+	}
+	ing := upstream.New(opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	go ing.Run(ctx)
 	select {
@@ -161,6 +170,7 @@ func newBenchTierFields(tb testing.TB, objs [][]byte, withFields bool) *benchTie
 				Fields:      fr,
 			},
 			Ingester: ing,
+			Hub:      hub,
 		}},
 		Metrics: m, Log: logr.Discard(),
 	})
@@ -168,7 +178,15 @@ func newBenchTierFields(tb testing.TB, objs [][]byte, withFields bool) *benchTie
 	for _, o := range objs {
 		size += len(o)
 	}
-	return &benchTier{srv: srv, ing: ing, apiURL: hs.URL, jsonSize: size / max(len(objs), 1), stop: func() { cancel(); hs.Close() }}
+	stop := func() {
+		if hub != nil {
+			hub.Close()
+		}
+		cancel()
+		hs.CloseClientConnections()
+		hs.Close()
+	}
+	return &benchTier{srv: srv, ing: ing, apiURL: hs.URL, jsonSize: size / max(len(objs), 1), stop: stop}
 }
 
 // get serves one request into rec (whose Body buffer is reused).
@@ -289,7 +307,7 @@ func benchIngestMemory(b *testing.B, n, size int, withFields bool) {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		start := time.Now()
-		t := newBenchTierFields(b, objs, withFields)
+		t := newBenchTierFields(b, objs, withFields, false)
 		b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(n), "loadns/obj")
 		runtime.GC()
 		runtime.GC()

@@ -14,68 +14,17 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-
-	"github.com/cachetier/cachetier/cache-server/internal/catalog"
-	"github.com/cachetier/cachetier/cache-server/internal/fields"
-	"github.com/cachetier/cachetier/cache-server/internal/metrics"
-	"github.com/cachetier/cachetier/cache-server/internal/store"
-	"github.com/cachetier/cachetier/cache-server/internal/upstream"
-	"github.com/cachetier/cachetier/cache-server/internal/watch"
 )
 
-// newWatchTier is newBenchTier with a watch hub: a Server that serves
-// watches of the fake apiserver's ConfigMaps, behind an httptest server.
+// newWatchTier is newBenchTier with a watch hub, behind an httptest server.
 func newWatchTier(t *testing.T, objs [][]byte) string {
 	t.Helper()
-	api := httptest.NewServer(&fakeAPIServer{objs: objs, rv: uint64(1000 + len(objs))})
-	gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	res := upstream.Resource{GVR: gvr, Kind: "ConfigMap", Namespaced: true}
-	fr, err := fields.New(fields.Spec{GVR: gvr, Kind: "ConfigMap", Namespaced: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.New(store.Options{Shards: 4, HistoryWindow: 150 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := metrics.New(prometheus.NewRegistry())
-	hub := watch.New(watch.Options{Resource: "configmaps", Store: st, Metrics: m, Log: logr.Discard()})
-	ing := upstream.New(upstream.Options{
-		Resource: res, Host: api.URL, Client: api.Client(), Store: st, Metrics: m, Log: logr.Discard(),
-		OnEvents: hub.Publish, OnRelist: hub.Relist, OnProgress: hub.Progress,
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	go ing.Run(ctx)
-	select {
-	case <-ing.Synced():
-	case <-time.After(60 * time.Second):
-		t.Fatal("ingester did not sync")
-	}
-	srv := New(Options{
-		Resources: []Resource{{
-			Entry: catalog.Entry{
-				Resource:    res,
-				APIResource: metav1.APIResource{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: []string{"get", "list", "watch"}},
-				Fields:      fr,
-			},
-			Ingester: ing,
-			Hub:      hub,
-		}},
-		Metrics: m, Log: logr.Discard(),
-	})
-	tier := httptest.NewServer(srv)
+	bt := newBenchTierFields(t, objs, true, true)
+	tier := httptest.NewServer(bt.srv)
 	t.Cleanup(func() {
 		tier.CloseClientConnections()
 		tier.Close()
-		hub.Close()
-		cancel()
-		api.CloseClientConnections()
-		api.Close()
+		bt.stop()
 	})
 	return tier.URL
 }
