@@ -38,13 +38,22 @@ const streamBufferSize = 64 * 1024
 // its resources.
 type bodyWriters struct {
 	gzip sync.Pool // *gzip.Writer at level 1
-	bufs sync.Pool // *bufio.Writer of streamBufferSize
+	// watchGzip holds stateless compressors for watch-lists (see
+	// watchBody): many streams hold one at the same time, and a level-1
+	// compressor keeps ~800 KiB of window and tables where a stateless one
+	// keeps ~3 KiB.
+	watchGzip sync.Pool
+	bufs      sync.Pool // *bufio.Writer of streamBufferSize
 }
 
 func newBodyWriters() *bodyWriters {
 	return &bodyWriters{
 		gzip: sync.Pool{New: func() any {
 			gw, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed) // level 1 is valid: no error
+			return gw
+		}},
+		watchGzip: sync.Pool{New: func() any {
+			gw, _ := gzip.NewWriterLevel(nil, gzip.StatelessCompression) // a valid level: no error
 			return gw
 		}},
 		bufs: sync.Pool{New: func() any { return bufio.NewWriterSize(nil, streamBufferSize) }},
@@ -156,11 +165,20 @@ func (b *bodyWriters) write(w http.ResponseWriter, gzipOK bool, enc encoding, bo
 // watch holds no compression state, and whatever was flushed is decodable
 // by the client at once. The compressor's output is collected in a pooled
 // streamBufferSize buffer while a member is open (see start).
+//
+// Unlike the apiserver (compress/gzip level 1), the compressor is
+// klauspost's stateless one fed through a streamBufferSize buffer: while 64
+// watch-lists stream their initial events at once, a level-1 compressor per
+// stream held ~50 MiB (hack/bench -mode watchlist: peak RSS 322 MiB against
+// 265 MiB uncompressed); a stateless one holds its input and output
+// buffers only. The price is a somewhat lower ratio: each buffer is
+// compressed without the window of the one before.
 type watchBody struct {
 	b        *bodyWriters
 	w        http.ResponseWriter
 	rc       *http.ResponseController
 	compress bool
+	in       *bufio.Writer // gw's input while a member is open
 	gw       *gzip.Writer  // the open member; nil between flushes
 	out      *bufio.Writer // gw's output while a member is open
 }
@@ -187,10 +205,15 @@ func (wb *watchBody) Write(p []byte) (int, error) {
 	if wb.gw == nil {
 		wb.out = wb.b.bufs.Get().(*bufio.Writer)
 		wb.out.Reset(wb.w)
-		wb.gw = wb.b.gzip.Get().(*gzip.Writer)
+		wb.gw = wb.b.watchGzip.Get().(*gzip.Writer)
 		wb.gw.Reset(wb.out)
+		wb.in = wb.b.bufs.Get().(*bufio.Writer)
+		wb.in.Reset(wb.gw)
 	}
-	return wb.gw.Write(p)
+	// Through a buffer: the stateless compressor compresses each Write on
+	// its own, so the small head and tail of a frame must not reach it
+	// alone; objects larger than the buffer go through in one Write.
+	return wb.in.Write(p)
 }
 
 // WriteString keeps the ResponseWriter's WriteString for plain streams.
@@ -242,15 +265,21 @@ func (wb *watchBody) Close() error {
 // sync flush the data comes out of an empty non-final stored block and the
 // final block carries none.
 func (wb *watchBody) endMember() error {
-	err := wb.gw.Flush()
+	err := wb.in.Flush()
+	if err == nil {
+		err = wb.gw.Flush()
+	}
 	if err == nil {
 		err = wb.gw.Close()
 	}
 	if err == nil {
 		err = wb.out.Flush()
 	}
+	wb.in.Reset(nil)
+	wb.b.bufs.Put(wb.in)
+	wb.in = nil
 	wb.gw.Reset(nil) // drop the reference to this response
-	wb.b.gzip.Put(wb.gw)
+	wb.b.watchGzip.Put(wb.gw)
 	wb.gw = nil
 	wb.out.Reset(nil)
 	wb.b.bufs.Put(wb.out)
