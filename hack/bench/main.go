@@ -68,6 +68,9 @@ type options struct {
 	profileDir string
 	// tierFlags are extra `cache-server standalone` flags (space-separated).
 	tierFlags string
+	// tierEnv are extra NAME=value environment variables for the tier
+	// process only (e.g. GOGC), space-separated.
+	tierEnv string
 }
 
 func main() {
@@ -82,6 +85,7 @@ func main() {
 	flag.IntVar(&o.pageIters, "page-iterations", 5, "paginated LIST walks per server and data set")
 	flag.IntVar(&o.concurrency, "seed-concurrency", 8, "parallel creates while seeding")
 	flag.StringVar(&o.binary, "cache-server", "", "cache-server binary (default: built into a temporary directory)")
+	flag.StringVar(&o.tierEnv, "tier-env", "", "extra environment for the cache-server process only, space-separated NAME=value (e.g. GOGC=50)")
 	flag.StringVar(&o.tierFlags, "tier-flags", "", "extra cache-server standalone flags, space-separated (e.g. \"--gc-percent=50\")")
 	flag.StringVar(&o.profileDir, "profile-dir", "", "write CPU profiles of both servers under LIST load here (/debug/pprof/profile; both serve it to the admin)")
 	mode := flag.String("mode", "list", "benchmark: list, watchlist, fanout, or watch (watchlist and fanout)")
@@ -177,7 +181,7 @@ func run(ctx context.Context, o options) error {
 	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-empty", Labels: map[string]string{"bench": "empty"}}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	base, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, "empty", "configmaps")
+	base, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, "empty", "configmaps")
 	if err != nil {
 		return err
 	}
@@ -198,7 +202,7 @@ func run(ctx context.Context, o options) error {
 		time.Sleep(2 * time.Second)
 		apiAfter := rss(apiPID)
 
-		t, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, d.name, "configmaps")
+		t, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, d.name, "configmaps")
 		if err != nil {
 			return err
 		}
@@ -256,7 +260,7 @@ type tierProc struct {
 // startTier runs `cache-server standalone` caching the given core/v1
 // resource in the namespaces labelled bench=<set>, and waits until it is
 // ready.
-func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.Config, binary, flags, set, resource string) (*tierProc, error) {
+func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.Config, binary, flags, env, set, resource string) (*tierProc, error) {
 	spec := v1alpha1.CacheProfileSpec{HashShards: 4, Resources: []v1alpha1.CachedResource{{
 		Version: "v1", Resource: resource,
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"bench": set}},
@@ -286,6 +290,7 @@ func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.C
 	}
 	args := []string{"standalone", "--profile", profPath, "--kubeconfig", cp.AdminKubeconfig, "--listen", addr, "--cert-dir", dir}
 	cmd := exec.Command(binary, append(args, strings.Fields(flags)...)...)
+	cmd.Env = append(os.Environ(), strings.Fields(env)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, err
