@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -199,7 +200,21 @@ func TestKubectlChunking(t *testing.T) {
 		}
 		return n, withContinue
 	}
+	hits := func() float64 {
+		v, err := env.Metric(`cachetier_authn_connection_cache_total{result="hit"}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, _ := strconv.ParseFloat(v, 64) // absent before the first hit: 0
+		return f
+	}
+	hitsBefore := hits()
 	tierPages, tierContinued := pages(env.TierKubeconfig)
+	// kubectl sends its pages over one connection: after the first
+	// request, each page's client certificate is not verified again.
+	if got := hits() - hitsBefore; got < float64(tierPages-1) {
+		t.Errorf("per-connection authentication cache: %v hits for %d pages on one connection", got, tierPages)
+	}
 	apiPages, apiContinued := pages(env.CP.AdminKubeconfig)
 	t.Logf("tier: %d page requests (%d with continue); apiserver: %d (%d)", tierPages, tierContinued, apiPages, apiContinued)
 	if tierPages < 20 || tierContinued != tierPages-1 {

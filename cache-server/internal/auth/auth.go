@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
@@ -45,6 +46,9 @@ type Options struct {
 	AlwaysAllowPaths []string
 	// CacheTTL for TokenReview and SubjectAccessReview answers.
 	CacheTTL time.Duration
+	// ConnCacheResults, when set, counts the per-connection cache's
+	// answers by result: hit, miss, bypass (see conncache.go).
+	ConnCacheResults *prometheus.CounterVec
 }
 
 // Wrap returns handler behind authentication and authorization, and the TLS
@@ -100,7 +104,9 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 	}
 	// Reuse successful answers within a connection (see conncache.go); only
 	// active on servers whose ConnContext is ConnContext.
-	authn = newConnCachingAuthenticator(authn, rh, ttl)
+	cached := newConnCachingAuthenticator(authn, rh, ttl)
+	cached.results = opts.ConnCacheResults
+	authn = cached
 	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
 		SubjectAccessReviewClient: opts.Client.AuthorizationV1(),
 		AllowCacheTTL:             ttl,

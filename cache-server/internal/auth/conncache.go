@@ -35,6 +35,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
@@ -137,6 +138,14 @@ type connCachingAuthenticator struct {
 	ttl           time.Duration
 	maxEntries    int
 	clock         clock.PassiveClock
+	// results counts answers by result (hit, miss, bypass); may be nil.
+	results *prometheus.CounterVec
+}
+
+func (a *connCachingAuthenticator) count(result string) {
+	if a.results != nil {
+		a.results.WithLabelValues(result).Inc()
+	}
 }
 
 func newConnCachingAuthenticator(inner authenticator.Request, rh *authenticatorfactory.RequestHeaderConfig, ttl time.Duration) *connCachingAuthenticator {
@@ -149,6 +158,7 @@ const webSocketProtocolHeader = "Sec-Websocket-Protocol"
 func (a *connCachingAuthenticator) AuthenticateRequest(req *http.Request) (*authenticator.Response, bool, error) {
 	cache, _ := req.Context().Value(connCacheCtxKey{}).(*connCache)
 	if cache == nil || req.TLS == nil || len(req.TLS.PeerCertificates) == 0 || len(req.Header[webSocketProtocolHeader]) > 0 {
+		a.count("bypass")
 		return a.inner.AuthenticateRequest(req)
 	}
 	leaf := req.TLS.PeerCertificates[0]
@@ -162,8 +172,10 @@ func (a *connCachingAuthenticator) AuthenticateRequest(req *http.Request) (*auth
 			rh := a.requestHeader
 			headerrequest.ClearAuthenticationHeaders(req.Header, rh.UsernameHeaders, rh.UIDHeaders, rh.GroupHeaders, rh.ExtraHeaderPrefixes)
 		}
+		a.count("hit")
 		return e.resp, true, nil
 	}
+	a.count("miss")
 
 	hadAuthorization := len(req.Header["Authorization"]) > 0
 	hadUser := a.hasUsername(req.Header)

@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
@@ -128,6 +130,7 @@ func wantCalls(t *testing.T, inner *fakeInner, want int64) {
 func TestConnCacheReusesAnswerOnConnection(t *testing.T) {
 	inner := &fakeInner{}
 	a, _ := newTestAuthenticator(inner)
+	a.results = newResults()
 	conn := newTestConn(true, stubLeaf(testStart.Add(time.Hour)))
 	for range 3 {
 		mustAuthenticate(t, a, conn.request("X-Remote-User", "alice", "X-Remote-Group", "devs"), "alice")
@@ -138,6 +141,21 @@ func TestConnCacheReusesAnswerOnConnection(t *testing.T) {
 	other := newTestConn(true, stubLeaf(testStart.Add(time.Hour)))
 	mustAuthenticate(t, a, other.request("X-Remote-User", "alice", "X-Remote-Group", "devs"), "alice")
 	wantCalls(t, inner, 2)
+	wantResults(t, a.results, map[string]float64{"hit": 2, "miss": 2, "bypass": 0})
+}
+
+// newResults is a fresh cachetier_authn_connection_cache_total.
+func newResults() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_results_total"}, []string{"result"})
+}
+
+func wantResults(t *testing.T, results *prometheus.CounterVec, want map[string]float64) {
+	t.Helper()
+	for result, n := range want {
+		if got := testutil.ToFloat64(results.WithLabelValues(result)); got != n {
+			t.Errorf("%s answers counted %v, want %v", result, got, n)
+		}
+	}
 }
 
 func TestConnCacheSeparatesInputs(t *testing.T) {
@@ -266,6 +284,7 @@ func TestConnCacheBypass(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			inner := &fakeInner{}
 			a, _ := newTestAuthenticator(inner)
+			a.results = newResults()
 			req := newReq() // one connection for all requests
 			for range 3 {
 				r := req.Clone(req.Context())
@@ -275,6 +294,7 @@ func TestConnCacheBypass(t *testing.T) {
 				}
 			}
 			wantCalls(t, inner, 3)
+			wantResults(t, a.results, map[string]float64{"hit": 0, "miss": 0, "bypass": 3})
 		})
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Releaser coalesces load completions into one release: the first Loaded
@@ -30,6 +31,8 @@ import (
 type Releaser struct {
 	Delay time.Duration
 	Log   logr.Logger
+	// Released, when set, counts the bytes each release returned.
+	Released prometheus.Counter
 	// release is debug.FreeOSMemory; tests replace it.
 	release func()
 
@@ -40,8 +43,8 @@ type Releaser struct {
 
 // New returns a Releaser that releases delay after the first of a burst of
 // loads.
-func New(delay time.Duration, log logr.Logger) *Releaser {
-	return &Releaser{Delay: delay, Log: log, release: debug.FreeOSMemory}
+func New(delay time.Duration, log logr.Logger, released prometheus.Counter) *Releaser {
+	return &Releaser{Delay: delay, Log: log, Released: released, release: debug.FreeOSMemory}
 }
 
 // Loaded records a completed bulk load of objects objects.
@@ -66,7 +69,11 @@ func (r *Releaser) fire() {
 	start := time.Now()
 	r.release()
 	runtime.ReadMemStats(&after)
+	released := int64(after.HeapReleased) - int64(before.HeapReleased)
+	if r.Released != nil && released > 0 {
+		r.Released.Add(float64(released))
+	}
 	r.Log.Info("returned memory freed by bulk loads to the OS",
 		"objectsLoaded", objects, "took", time.Since(start).Round(time.Microsecond),
-		"heapLiveBytes", after.HeapAlloc, "releasedBytes", int64(after.HeapReleased)-int64(before.HeapReleased))
+		"heapLiveBytes", after.HeapAlloc, "releasedBytes", released)
 }

@@ -11,7 +11,7 @@ import (
 // after it fired starts another.
 func TestReleaserCoalescesBursts(t *testing.T) {
 	released := make(chan struct{}, 10)
-	r := New(50*time.Millisecond, logr.Discard())
+	r := New(50*time.Millisecond, logr.Discard(), nil)
 	r.release = func() { released <- struct{}{} }
 	for range 5 {
 		r.Loaded(100)

@@ -29,6 +29,9 @@ type Metrics struct {
 	WatchListInitial   *prometheus.HistogramVec // resource: request start to initial-events-end bookmark
 	WatchBufferFill    *prometheus.HistogramVec // resource: watcher lag / buffer size when it reads
 	WatchDelivery      *prometheus.HistogramVec // resource: event received from upstream to written to a watcher
+
+	AuthnConnCache *prometheus.CounterVec // result: hit, miss, bypass
+	MemoryReleased prometheus.Counter     // bytes returned to the OS after bulk loads
 }
 
 // New creates the metrics and registers them on reg.
@@ -116,6 +119,15 @@ func New(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"resource"}),
 	}
+	m.AuthnConnCache = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_authn_connection_cache_total",
+		Help: "Authentications answered from the connection's cache (hit), by the delegated authenticators (miss), or not eligible for the cache (bypass: no client certificate, no cache on the server).",
+	}, []string{"result"})
+	m.MemoryReleased = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cachetier_memory_released_bytes_total",
+		Help: "Heap memory returned to the operating system right after initial loads (package memrelease).",
+	})
+	reg.MustRegister(m.AuthnConnCache, m.MemoryReleased)
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
 	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes,
 		m.UpstreamEvents, m.UpstreamRelists, m.UpstreamWatchListFallbacks, m.UpstreamRV, m.UpstreamLatestRV,

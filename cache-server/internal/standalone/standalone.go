@@ -151,7 +151,7 @@ func Run(ctx context.Context, cfg Config) error {
 			go namespaces.Run(ctx)
 		}
 	}
-	released := memrelease.New(time.Second, cfg.Log)
+	released := memrelease.New(time.Second, cfg.Log, m.MemoryReleased)
 	var resources []front.Resource
 	for _, e := range entries {
 		st, err := store.New(store.Options{Shards: settings.HashShards, HistoryWindow: settings.HistoryWindow})
@@ -194,6 +194,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	handler, clientAuth, err := auth.Wrap(ctx, auth.Options{
 		Client: kc, PathPrefix: prefix, AlwaysAllowPaths: []string{"/healthz", "/livez", "/readyz"},
+		ConnCacheResults: m.AuthnConnCache,
 	}, mux)
 	if err != nil {
 		return err
