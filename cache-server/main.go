@@ -21,6 +21,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/cachetier/cachetier/cache-server/internal/encoding"
 	"github.com/cachetier/cachetier/cache-server/internal/servingcert"
 	"github.com/cachetier/cachetier/cache-server/internal/standalone"
 )
@@ -56,6 +57,7 @@ func runStandalone(args []string) error {
 	certDir := fs.String("cert-dir", "", "where a generated self-signed certificate and its CA are written")
 	hosts := fs.String("tls-hosts", "localhost,127.0.0.1", "comma-separated DNS names/IPs for a generated certificate")
 	verbosity := fs.Int("v", 0, "log verbosity")
+	protobufCache := fs.Int64("protobuf-cache-bytes", encoding.DefaultCacheBytes, "memory for protobuf encodings of cached objects, kept for protobuf clients (client-go's typed informers); a miss converts the stored JSON again; 0 = the default")
 	profiling := fs.Bool("profiling", true, "serve Go's profiles under /debug/pprof/ (authorized like any non-resource path, as kube-apiserver's --profiling)")
 	_ = fs.Parse(args)
 	if *profilePath == "" {
@@ -95,5 +97,6 @@ func runStandalone(args []string) error {
 	return standalone.Run(ctx, standalone.Config{
 		ProfileName: profile.Name, Spec: profile.Spec, Upstream: upstream,
 		Listener: ln, Certificate: cert, Log: logr.Logger(log), Profiling: *profiling,
+		ProtobufCacheBytes: *protobufCache,
 	})
 }

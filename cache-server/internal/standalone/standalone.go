@@ -57,6 +57,9 @@ type Config struct {
 	// the same authentication and authorization as everything else (a
 	// non-resource URL: kube-apiserver's own rule for its profiles).
 	Profiling bool
+	// ProtobufCacheBytes bounds the protobuf encodings kept for protobuf
+	// clients (0: encoding.DefaultCacheBytes).
+	ProtobufCacheBytes int64
 }
 
 // LoadProfile reads a CacheProfile manifest and applies the defaults the
@@ -180,7 +183,7 @@ func Run(ctx context.Context, cfg Config) error {
 	prefix := PathPrefix(cfg.ProfileName)
 	api := front.New(front.Options{
 		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, PathPrefix: prefix,
-		Version: ver, Metrics: m, Log: cfg.Log,
+		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes,
 	})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
