@@ -89,8 +89,10 @@ func Encode(rv uint64, lastKey string) string {
 // page then computes its own count by subtraction instead of walking the
 // rest of the list again: remainingItemCount is O(remaining) to count
 // (google/btree keeps no subtree sizes), which made it ~10% of a paginated
-// walk's CPU. keyPrefix is the list's scope; a token used against another
-// scope (or tampered with) only loses the count, which Decode then ignores.
+// walk's CPU. keyPrefix is the list's scope; Decode ignores the count of a
+// token used against another scope. The count is a hint the client hands
+// back: one it edited changes only its own remainingItemCount (the store
+// recounts a count that cannot be right), never which items it gets.
 func EncodeCounted(rv uint64, lastKey, keyPrefix string, remaining int64) string {
 	return marshal(&continueToken{APIVersion: Version, ResourceVersion: int64(rv), StartKey: lastKey, Remaining: &remaining, Scope: &keyPrefix})
 }
