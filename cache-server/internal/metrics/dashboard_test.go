@@ -1,0 +1,243 @@
+package metrics
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// The Grafana dashboard lives in config/grafana (see its kustomization). It
+// sits outside this package's tree, and config/grafana cannot import an
+// internal package, so the check lives here and reads the file by path.
+const dashboardPath = "../../../config/grafana/cachetier-dashboard.json"
+
+const wantDatasource = "${datasource}"
+
+// Labels Prometheus adds or histograms carry that are on no Desc.
+var targetLabels = map[string]bool{"le": true, "instance": true, "job": true, "namespace": true, "pod": true}
+
+type dashPanel struct {
+	ID         int             `json:"id"`
+	Type       string          `json:"type"`
+	Title      string          `json:"title"`
+	Datasource *dashDatasource `json:"datasource"`
+	Targets    []struct {
+		Expr       string          `json:"expr"`
+		Datasource *dashDatasource `json:"datasource"`
+	} `json:"targets"`
+	Panels []dashPanel `json:"panels"` // collapsed rows
+}
+
+type dashDatasource struct {
+	Type string `json:"type"`
+	UID  string `json:"uid"`
+}
+
+type dashboard struct {
+	SchemaVersion int `json:"schemaVersion"`
+	Templating    struct {
+		List []struct {
+			Name  string `json:"name"`
+			Type  string `json:"type"`
+			Query any    `json:"query"`
+		} `json:"list"`
+	} `json:"templating"`
+	Panels []dashPanel `json:"panels"`
+}
+
+// recordingRegisterer records every collector registered through it.
+type recordingRegisterer struct {
+	prometheus.Registerer
+	collectors []prometheus.Collector
+}
+
+func (r *recordingRegisterer) Register(c prometheus.Collector) error {
+	r.collectors = append(r.collectors, c)
+	return r.Registerer.Register(c)
+}
+
+func (r *recordingRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+var (
+	descName   = regexp.MustCompile(`^Desc\{fqName: "([^"]+)"`)
+	descLabels = regexp.MustCompile(`variableLabels: \{([^}]*)\}\}$`)
+)
+
+// describe returns fully-qualified metric name -> variable labels.
+func describe(t *testing.T, cs []prometheus.Collector) map[string]map[string]bool {
+	t.Helper()
+	out := map[string]map[string]bool{}
+	ch := make(chan *prometheus.Desc)
+	go func() {
+		for _, c := range cs {
+			c.Describe(ch)
+		}
+		close(ch)
+	}()
+	for d := range ch {
+		s := d.String()
+		m := descName.FindStringSubmatch(s)
+		if m == nil {
+			t.Fatalf("cannot parse desc %s", s)
+		}
+		labels := map[string]bool{}
+		if l := descLabels.FindStringSubmatch(s); l != nil && l[1] != "" {
+			for _, name := range strings.Split(l[1], ",") {
+				name = strings.TrimSuffix(strings.TrimPrefix(name, "c("), ")")
+				labels[name] = true
+			}
+		}
+		out[m[1]] = labels
+	}
+	return out
+}
+
+func flattenPanels(ps []dashPanel) []dashPanel {
+	var out []dashPanel
+	for _, p := range ps {
+		out = append(out, p)
+		out = append(out, flattenPanels(p.Panels)...)
+	}
+	return out
+}
+
+var (
+	cachetierName = regexp.MustCompile(`cachetier_[a-z_]+`)
+	runtimeName   = regexp.MustCompile(`\b(?:process|go)_[a-z_]+`)
+	byClause      = regexp.MustCompile(`\bby\s*\(([^)]*)\)`)
+	selector      = regexp.MustCompile(`(cachetier_[a-z_]+)\{([^}]*)\}`)
+	matcherLabel  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)`)
+)
+
+// resolve maps a series name used in PromQL to its metric family name
+// (histograms expose _bucket, _sum and _count series).
+func resolve(name string, known map[string]map[string]bool) (string, bool) {
+	if _, ok := known[name]; ok {
+		return name, true
+	}
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(name, suffix); ok {
+			if _, ok := known[base]; ok {
+				return base, true
+			}
+		}
+	}
+	return "", false
+}
+
+func TestGrafanaDashboard(t *testing.T) {
+	raw, err := os.ReadFile(dashboardPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatalf("parse %s: %v", dashboardPath, err)
+	}
+	if d.SchemaVersion != 39 {
+		t.Errorf("schemaVersion = %d, want 39", d.SchemaVersion)
+	}
+	vars := map[string]string{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = v.Type
+	}
+	if vars["datasource"] != "datasource" || vars["resource"] != "query" {
+		t.Errorf("template variables %v: want datasource (type datasource) and resource (type query)", vars)
+	}
+
+	rec := &recordingRegisterer{Registerer: prometheus.NewRegistry()}
+	New(rec)
+	cachetier := describe(t, rec.collectors)
+	rec.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	all := describe(t, rec.collectors)
+	if len(cachetier) == 0 {
+		t.Fatal("no metrics registered by New")
+	}
+
+	used := map[string]bool{}
+	ids := map[int]string{}
+	for _, p := range flattenPanels(d.Panels) {
+		if prev, dup := ids[p.ID]; dup {
+			t.Errorf("panel id %d used by %q and %q", p.ID, prev, p.Title)
+		}
+		ids[p.ID] = p.Title
+		if p.Type == "row" {
+			continue
+		}
+		if p.Datasource == nil || p.Datasource.UID != wantDatasource {
+			t.Errorf("panel %q: datasource %+v, want uid %s", p.Title, p.Datasource, wantDatasource)
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no targets", p.Title)
+		}
+		for _, tg := range p.Targets {
+			if tg.Datasource != nil && tg.Datasource.UID != wantDatasource {
+				t.Errorf("panel %q: target datasource %+v, want uid %s", p.Title, tg.Datasource, wantDatasource)
+			}
+			var metrics []string
+			for _, name := range cachetierName.FindAllString(tg.Expr, -1) {
+				base, ok := resolve(name, cachetier)
+				if !ok {
+					t.Errorf("panel %q: %s is not exported by the cache-server", p.Title, name)
+					continue
+				}
+				used[base] = true
+				metrics = append(metrics, base)
+			}
+			for _, name := range runtimeName.FindAllString(tg.Expr, -1) {
+				if _, ok := resolve(name, all); !ok {
+					t.Errorf("panel %q: %s is not exported by the Go or process collector", p.Title, name)
+				}
+			}
+			// Labels in by (...) must be on every cachetier metric of the expression.
+			for _, m := range byClause.FindAllStringSubmatch(tg.Expr, -1) {
+				for _, label := range strings.Split(m[1], ",") {
+					label = strings.TrimSpace(label)
+					if label == "" || targetLabels[label] {
+						continue
+					}
+					for _, metric := range metrics {
+						if !cachetier[metric][label] {
+							t.Errorf("panel %q: by (%s): %s has no label %q", p.Title, m[1], metric, label)
+						}
+					}
+				}
+			}
+			// Label matchers in a cachetier selector must name its labels.
+			for _, m := range selector.FindAllStringSubmatch(tg.Expr, -1) {
+				base, ok := resolve(m[1], cachetier)
+				if !ok {
+					continue // reported above
+				}
+				for _, lm := range matcherLabel.FindAllStringSubmatch(m[2], -1) {
+					if !targetLabels[lm[1]] && !cachetier[base][lm[1]] {
+						t.Errorf("panel %q: %s has no label %q", p.Title, base, lm[1])
+					}
+				}
+			}
+		}
+	}
+
+	var missing []string
+	for name := range cachetier {
+		if !used[name] {
+			missing = append(missing, name)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("metrics with no dashboard panel (add one to %s): %v", dashboardPath, missing)
+	}
+}
