@@ -76,7 +76,7 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource
 		Limit:             limit,
 		Match:             p.Matcher(),
 	}
-	if p.ContinueRemaining >= 0 && snapshotRV != 0 {
+	if p.ContinueKey != "" && p.ContinueRemaining >= 0 && snapshotRV != 0 {
 		req.RemainingAfterStart = &p.ContinueRemaining
 	}
 	result, err := res.Ingester.Store().List(req)

@@ -123,6 +123,7 @@ type Request struct {
 	ContinueKey string
 	// ContinueRemaining is the number of items after ContinueKey that the
 	// previous page counted (continuetoken.Token.Remaining); -1 = unknown.
+	// Only meaningful with a ContinueKey (0 otherwise).
 	ContinueRemaining int64
 
 	// InitialEvents: a watch starts with the current state as ADDED events.
