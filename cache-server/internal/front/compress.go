@@ -81,26 +81,13 @@ func acceptsGzip(r *http.Request) bool {
 // dropped, as the apiserver drops them, and make the remaining writes
 // cheap: bufio.Writer keeps its first error.
 func (b *bodyWriters) start(w http.ResponseWriter, compress bool, enc encoding) (itemWriter, func()) {
-	h := w.Header()
-	h.Set("Content-Type", enc.contentType())
-	var gw *gzip.Writer
-	var out *bufio.Writer
+	w.Header().Set("Content-Type", enc.contentType())
+	var z gzipOut
 	var dst io.Writer = w
 	if compress {
-		h.Set("Content-Encoding", "gzip")
-		h.Add("Vary", "Accept-Encoding")
-		// The compressor emits each block as it completes: a few hundred
-		// bytes each for compressible lists. Written to an HTTP/2
-		// ResponseWriter as they come, every 4 KiB of them is a hand-off
-		// to the connection's goroutine, a DATA frame, a TLS record and a
-		// write(2). Collected to streamBufferSize first, the server gets
-		// few large writes (fewer frames of up to 16 KiB, one syscall
-		// each).
-		out = b.bufs.Get().(*bufio.Writer)
-		out.Reset(w)
-		gw = b.gzip.Get().(*gzip.Writer)
-		gw.Reset(out)
-		dst = gw
+		setGzipHeaders(w.Header())
+		z = b.openGzip(w, &b.gzip)
+		dst = z.gw
 	}
 	w.WriteHeader(http.StatusOK)
 	bw := b.bufs.Get().(*bufio.Writer)
@@ -109,13 +96,8 @@ func (b *bodyWriters) start(w http.ResponseWriter, compress bool, enc encoding) 
 		_ = bw.Flush()
 		bw.Reset(nil) // drop the reference to this response
 		b.bufs.Put(bw)
-		if gw != nil {
-			_ = gw.Close()
-			gw.Reset(nil)
-			b.gzip.Put(gw)
-			_ = out.Flush()
-			out.Reset(nil)
-			b.bufs.Put(out)
+		if compress {
+			_ = z.close(false)
 		}
 	}
 }
@@ -126,21 +108,62 @@ func (b *bodyWriters) write(w http.ResponseWriter, gzipOK bool, enc encoding, bo
 		return writeBody(w, enc, body)
 	}
 	w.Header().Set("Content-Type", enc.contentType())
-	w.Header().Set("Content-Encoding", "gzip")
-	w.Header().Add("Vary", "Accept-Encoding")
+	setGzipHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
-	out := b.bufs.Get().(*bufio.Writer) // as in start
-	out.Reset(w)
-	gw := b.gzip.Get().(*gzip.Writer)
-	gw.Reset(out)
-	_, _ = gw.Write(body)
-	_ = gw.Close()
-	gw.Reset(nil)
-	b.gzip.Put(gw)
-	_ = out.Flush()
-	out.Reset(nil)
-	b.bufs.Put(out)
+	z := b.openGzip(w, &b.gzip)
+	_, _ = z.gw.Write(body)
+	_ = z.close(false)
 	return http.StatusOK
+}
+
+// setGzipHeaders marks a response gzip-encoded, as the apiserver does.
+func setGzipHeaders(h http.Header) {
+	h.Set("Content-Encoding", "gzip")
+	h.Add("Vary", "Accept-Encoding")
+}
+
+// gzipOut is one gzip stream (or member) to a response. The compressor
+// emits each block as it completes: a few hundred bytes each for
+// compressible lists. Written to an HTTP/2 ResponseWriter as they come,
+// every 4 KiB of them is a hand-off to the connection's goroutine, a DATA
+// frame, a TLS record and a write(2); collected to streamBufferSize first,
+// the server gets few large writes (frames of up to 16 KiB, one syscall
+// each).
+type gzipOut struct {
+	b    *bodyWriters
+	pool *sync.Pool // where gw came from and goes back to
+	gw   *gzip.Writer
+	out  *bufio.Writer
+}
+
+// openGzip starts a gzip stream to w with a compressor from pool.
+func (b *bodyWriters) openGzip(w io.Writer, pool *sync.Pool) gzipOut {
+	z := gzipOut{b: b, pool: pool, gw: pool.Get().(*gzip.Writer), out: b.bufs.Get().(*bufio.Writer)}
+	z.out.Reset(w)
+	z.gw.Reset(z.out)
+	return z
+}
+
+// close ends the stream (sync-flushed first when syncFlush, see
+// watchBody.endMember), writes it out of the buffer and returns the
+// compressor and the buffer to their pools. After an earlier write error
+// it returns that error.
+func (z gzipOut) close(syncFlush bool) error {
+	var err error
+	if syncFlush {
+		err = z.gw.Flush()
+	}
+	if err == nil {
+		err = z.gw.Close()
+	}
+	if err == nil {
+		err = z.out.Flush()
+	}
+	z.gw.Reset(nil) // drop the reference to this response
+	z.pool.Put(z.gw)
+	z.out.Reset(nil)
+	z.b.bufs.Put(z.out)
+	return err
 }
 
 // watchBody is where a watch stream's frames go: the ResponseWriter itself,
@@ -179,9 +202,8 @@ type watchBody struct {
 	w        http.ResponseWriter
 	rc       *http.ResponseController
 	compress bool
-	in       *bufio.Writer // gw's input while a member is open
-	gw       *gzip.Writer  // the open member; nil between flushes
-	out      *bufio.Writer // gw's output while a member is open
+	in       *bufio.Writer // z's input while a member is open
+	z        gzipOut       // the open member; z.gw is nil between flushes
 }
 
 // watchBody sets the response's encoding headers (before WriteHeader) and
@@ -189,9 +211,7 @@ type watchBody struct {
 // apiserver's rule (a watch-list and acceptsGzip).
 func (b *bodyWriters) watchBody(w http.ResponseWriter, rc *http.ResponseController, compress bool) *watchBody {
 	if compress {
-		h := w.Header()
-		h.Set("Content-Encoding", "gzip")
-		h.Add("Vary", "Accept-Encoding")
+		setGzipHeaders(w.Header())
 	}
 	return &watchBody{b: b, w: w, rc: rc, compress: compress}
 }
@@ -203,13 +223,10 @@ func (wb *watchBody) Write(p []byte) (int, error) {
 	if !wb.compress {
 		return wb.w.Write(p)
 	}
-	if wb.gw == nil {
-		wb.out = wb.b.bufs.Get().(*bufio.Writer)
-		wb.out.Reset(wb.w)
-		wb.gw = wb.b.watchGzip.Get().(*gzip.Writer)
-		wb.gw.Reset(wb.out)
+	if wb.z.gw == nil {
+		wb.z = wb.b.openGzip(wb.w, &wb.b.watchGzip)
 		wb.in = wb.b.bufs.Get().(*bufio.Writer)
-		wb.in.Reset(wb.gw)
+		wb.in.Reset(wb.z.gw)
 	}
 	// Through a buffer: the stateless compressor compresses each Write on
 	// its own, so the small head and tail of a frame must not reach it
@@ -231,7 +248,7 @@ func (wb *watchBody) WriteString(s string) (int, error) {
 // gone, a write deadline passed) is returned.
 func (wb *watchBody) Flush() error {
 	if wb.compress {
-		if wb.gw == nil {
+		if wb.z.gw == nil {
 			return nil
 		}
 		if err := wb.endMember(); err != nil {
@@ -247,7 +264,7 @@ func (wb *watchBody) Flush() error {
 // handler returns, whatever ended the stream; calling it again does
 // nothing.
 func (wb *watchBody) Close() error {
-	if wb.gw == nil {
+	if wb.z.gw == nil {
 		return nil
 	}
 	return wb.endMember()
@@ -267,23 +284,12 @@ func (wb *watchBody) Close() error {
 // final block carries none.
 func (wb *watchBody) endMember() error {
 	err := wb.in.Flush()
-	if err == nil {
-		err = wb.gw.Flush()
-	}
-	if err == nil {
-		err = wb.gw.Close()
-	}
-	if err == nil {
-		err = wb.out.Flush()
-	}
 	wb.in.Reset(nil)
 	wb.b.bufs.Put(wb.in)
 	wb.in = nil
-	wb.gw.Reset(nil) // drop the reference to this response
-	wb.b.watchGzip.Put(wb.gw)
-	wb.gw = nil
-	wb.out.Reset(nil)
-	wb.b.bufs.Put(wb.out)
-	wb.out = nil
+	if cerr := wb.z.close(true); err == nil {
+		err = cerr
+	}
+	wb.z = gzipOut{}
 	return err
 }

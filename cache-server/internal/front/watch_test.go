@@ -218,7 +218,7 @@ func TestWatchBodyMembers(t *testing.T) {
 				writerErr <- err
 				return
 			}
-			if wb.gw != nil || wb.out != nil {
+			if wb.z.gw != nil || wb.z.out != nil || wb.in != nil {
 				writerErr <- errors.New("compressor kept after Flush")
 				return
 			}
@@ -276,7 +276,7 @@ func TestWatchBodyMembers(t *testing.T) {
 	if werr == nil && ferr == nil {
 		t.Fatal("write error not reported")
 	}
-	if wb.gw != nil {
+	if wb.z.gw != nil {
 		t.Fatal("compressor kept after a failed Flush")
 	}
 
