@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/cachetier/cachetier/api/topology"
 	"sort"
 	"time"
 
@@ -228,20 +229,12 @@ func BuildServiceAccount(p *cachev1alpha1.CacheProfile, opts Options) *corev1.Se
 }
 
 // Topology is rendered into the ConfigMap for the front: which hash shards
-// each shard serves and where its replicas answer.
-type Topology struct {
-	HashShards int32           `json:"hashShards"`
-	Shards     []TopologyShard `json:"shards"`
-}
+// each shard serves and where its replicas answer (package topology, which
+// the cache-server's front role reads).
+type Topology = topology.Topology
 
 // TopologyShard is one shard in the Topology.
-type TopologyShard struct {
-	Name           string   `json:"name"`
-	FirstHashShard int32    `json:"firstHashShard"`
-	LastHashShard  int32    `json:"lastHashShard"`
-	Replicas       int32    `json:"replicas"`
-	Endpoints      []string `json:"endpoints"`
-}
+type TopologyShard = topology.Shard
 
 // BuildTopology addresses shard replicas by their stable StatefulSet DNS
 // names (<pod>.<headless service>.<namespace>.svc), which exist for every

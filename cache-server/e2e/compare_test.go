@@ -235,7 +235,9 @@ func query(kv ...string) url.Values {
 
 // TestListMatchesAPIServer is the LIST request matrix: resourceVersion ×
 // resourceVersionMatch × limit × selectors × scope, same data, same answers.
-func TestListMatchesAPIServer(t *testing.T) {
+func TestListMatchesAPIServer(t *testing.T) { forEachTier(t, testListMatchesAPIServer) }
+
+func testListMatchesAPIServer(t *testing.T) {
 	rv := currentRV(t)
 	type target struct {
 		path      string
@@ -273,7 +275,9 @@ func TestListMatchesAPIServer(t *testing.T) {
 
 // TestListErrorsMatchAPIServer: malformed and contradictory parameters get
 // the apiserver's status code, reason, message and causes.
-func TestListErrorsMatchAPIServer(t *testing.T) {
+func TestListErrorsMatchAPIServer(t *testing.T) { forEachTier(t, testListErrorsMatchAPIServer) }
+
+func testListErrorsMatchAPIServer(t *testing.T) {
 	rv := currentRV(t)
 	cases := []url.Values{
 		query("resourceVersion", "abc"),
@@ -302,7 +306,9 @@ func TestListErrorsMatchAPIServer(t *testing.T) {
 }
 
 // TestGetMatchesAPIServer compares single-object reads.
-func TestGetMatchesAPIServer(t *testing.T) {
+func TestGetMatchesAPIServer(t *testing.T) { forEachTier(t, testGetMatchesAPIServer) }
+
+func testGetMatchesAPIServer(t *testing.T) {
 	rv := currentRV(t)
 	paths := []string{
 		"/api/v1/namespaces/ns-1/configmaps/cm-001",

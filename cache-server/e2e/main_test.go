@@ -1,4 +1,5 @@
-// Package e2e compares the standalone tier's LIST and GET answers with the
+// Package e2e compares the tier's LIST and GET answers (standalone and a
+// fleet of shards behind a front) with the
 // real kube-apiserver's on the same data (hack/sampledata).
 package e2e
 
@@ -14,10 +15,16 @@ import (
 	"github.com/cachetier/cachetier/hack/sampledata"
 )
 
-// testEnv is shared by the package's tests: every test reads the same data.
+// testEnv is the tier under test (see forEachTier) and the apiserver it is
+// compared with; every test reads the same data.
 var testEnv *env
 
+// tiers are the two shapes of the tier: standalone (every hash shard in
+// one process) and a fleet (two shard servers and a front merging them).
+var tiers []*env
+
 type env struct {
+	name             string
 	admin, tierAdmin *rest.Config
 }
 
@@ -27,7 +34,22 @@ func TestMain(m *testing.M) {
 		Seed: func(ctx context.Context, admin *rest.Config) error {
 			return sampledata.Seed(ctx, admin, sampledata.Default())
 		},
-	}, func(e *tiertest.Env) { testEnv = &env{admin: e.Admin, tierAdmin: e.TierAdmin} }))
+		FleetShards: 2,
+	}, func(e *tiertest.Env) {
+		tiers = []*env{
+			{name: "standalone", admin: e.Admin, tierAdmin: e.TierAdmin},
+			{name: "fleet", admin: e.Admin, tierAdmin: e.FleetAdmin},
+		}
+	}))
+}
+
+// forEachTier runs test once against each tier shape (the package's tests
+// do not run in parallel, so testEnv can point at the current one).
+func forEachTier(t *testing.T, test func(*testing.T)) {
+	for _, e := range tiers {
+		testEnv = e
+		t.Run(e.name, test)
+	}
 }
 
 // profile caches every resource the tests read.

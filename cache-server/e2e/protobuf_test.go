@@ -175,7 +175,9 @@ var pbAccepts = []string{
 
 // TestProtobufListMatchesAPIServer: LISTs of built-in and custom resources
 // with protobuf Accept headers.
-func TestProtobufListMatchesAPIServer(t *testing.T) {
+func TestProtobufListMatchesAPIServer(t *testing.T) { forEachTier(t, testProtobufListMatchesAPIServer) }
+
+func testProtobufListMatchesAPIServer(t *testing.T) {
 	rv := currentRV(t)
 	targets := []struct {
 		path, label, field string
@@ -208,7 +210,9 @@ func TestProtobufListMatchesAPIServer(t *testing.T) {
 // TestProtobufGetMatchesAPIServer: GETs, errors included (a protobuf client
 // gets a protobuf Status), and the answers to protobuf forms the apiserver
 // does not serve: custom resources, Tables, mismatched metadata forms.
-func TestProtobufGetMatchesAPIServer(t *testing.T) {
+func TestProtobufGetMatchesAPIServer(t *testing.T) { forEachTier(t, testProtobufGetMatchesAPIServer) }
+
+func testProtobufGetMatchesAPIServer(t *testing.T) {
 	paths := []string{
 		"/api/v1/namespaces/ns-1/configmaps/cm-001",
 		"/api/v1/namespaces/ns-1/configmaps/does-not-exist",
@@ -246,7 +250,9 @@ func TestProtobufGetMatchesAPIServer(t *testing.T) {
 // TestProtobufTypedClient lists pods through the tier with a client-go
 // typed clientset speaking protobuf, paginated and not, and gets the
 // apiserver's objects.
-func TestProtobufTypedClient(t *testing.T) {
+func TestProtobufTypedClient(t *testing.T) { forEachTier(t, testProtobufTypedClient) }
+
+func testProtobufTypedClient(t *testing.T) {
 	ctx := context.Background()
 	clients := map[string]kubernetes.Interface{}
 	for name, cfg := range map[string]*rest.Config{"apiserver": testEnv.admin, "tier": testEnv.tierAdmin} {

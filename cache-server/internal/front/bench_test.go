@@ -169,7 +169,7 @@ func newBenchTierFields(tb testing.TB, objs [][]byte, withFields, withHub bool) 
 				APIResource: metav1.APIResource{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: []string{"get", "list", "watch"}},
 				Fields:      fr,
 			},
-			Ingester: ing,
+			Source: LocalSource{Ingester: ing},
 			Hub:      hub,
 		}},
 		Metrics: m, Log: logr.Discard(),

@@ -33,7 +33,7 @@ func (s *Server) serveGet(w http.ResponseWriter, r *http.Request, res *resource,
 	if !res.APIResource.Namespaced {
 		ns = ""
 	}
-	o, _, err := res.Ingester.Store().Get(keyhash.Key(ns, info.Name), 0)
+	o, _, err := res.Source.Get(keyhash.Key(ns, info.Name), 0)
 	if err != nil {
 		return writeErrorAs(w, errEnc, err)
 	}
@@ -64,7 +64,7 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource
 		return writeErrorAs(w, errEnc, err)
 	}
 	limit := p.Limit
-	if p.ResourceVersion == "0" && res.Ingester.UpstreamUncached() && p.ListOptions.Limit > 0 {
+	if p.ResourceVersion == "0" && res.Source.UpstreamUncached() && p.ListOptions.Limit > 0 {
 		// The watch cache ignores limit on resourceVersion=0; a resource
 		// the apiserver serves from etcd (no watch cache) honours it.
 		limit = p.ListOptions.Limit
@@ -75,11 +75,12 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource
 		StartKeyExclusive: p.ContinueKey,
 		Limit:             limit,
 		Match:             p.Matcher(),
+		Selector:          p.SelectorText(),
 	}
 	if p.ContinueKey != "" && p.ContinueRemaining >= 0 && snapshotRV != 0 {
 		req.RemainingAfterStart = &p.ContinueRemaining
 	}
-	result, err := res.Ingester.Store().List(req)
+	result, err := res.Source.List(req)
 	var expired *store.ExpiredError
 	if errors.As(err, &expired) && p.ContinueKey != "" {
 		// The token's snapshot left the history window: the apiserver's
@@ -109,7 +110,7 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource
 // the apiserver's 504 "Too large resource version" — never a fallback to the
 // apiserver, which under load is the cascading failure KEP-2340 warns of.
 func (s *Server) ready(ctx context.Context, res *resource, read listparams.Read) (uint64, error) {
-	ing := res.Ingester
+	ing := res.Source
 	ctx, cancel := s.freshnessContext(ctx)
 	defer cancel()
 	select {

@@ -23,14 +23,13 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
 	encoding_ "github.com/cachetier/cachetier/cache-server/internal/encoding"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
-	"github.com/cachetier/cachetier/cache-server/internal/upstream"
 	"github.com/cachetier/cachetier/cache-server/internal/watch"
 )
 
 // Resource is one cached resource as the front serves it.
 type Resource struct {
-	Entry    catalog.Entry
-	Ingester *upstream.Ingester
+	Entry  catalog.Entry
+	Source Source
 	// Hub fans the resource's changes out to watchers.
 	Hub *watch.Hub
 }
@@ -165,7 +164,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serveReady(w http.ResponseWriter) {
 	for _, r := range s.resources {
 		select {
-		case <-r.Ingester.Synced():
+		case <-r.Source.Synced():
 		default:
 			http.Error(w, "cache for "+r.label+" is not synced yet", http.StatusServiceUnavailable)
 			return

@@ -83,6 +83,7 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resourc
 	wreq := watch.Request{
 		Namespace:      ns,
 		Match:          p.Matcher(),
+		Selector:       p.SelectorText(),
 		AllowBookmarks: p.AllowWatchBookmarks,
 		Deadline:       deadline,
 		OnTerminate: func() {
@@ -101,7 +102,7 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resourc
 		// fresh as the request asks, exactly like a LIST.
 		if _, err := s.ready(ctx, res, p.Read); err != nil {
 			setupErr = err
-		} else if err := res.Hub.WaitFor(ctx, res.Ingester.AppliedRV()); err != nil {
+		} else if err := res.Hub.WaitFor(ctx, res.Source.AppliedRV()); err != nil {
 			setupErr = err
 		}
 		wreq.InitialEvents = true
@@ -112,10 +113,10 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resourc
 		case listparams.ReadConsistent:
 			// "Read etcd RV. Watch stream from it."
 			fctx, fcancel := s.freshnessContext(ctx)
-			rv, err := res.Ingester.CurrentRV(fctx)
+			rv, err := res.Source.CurrentRV(fctx)
 			fcancel()
 			if err != nil {
-				setupErr = &store.TooLargeResourceVersionError{Current: res.Ingester.AppliedRV(), Err: err}
+				setupErr = &store.TooLargeResourceVersionError{Current: res.Source.AppliedRV(), Err: err}
 			}
 			wreq.From = rv
 			if rv == 0 {

@@ -325,6 +325,20 @@ func (r *Request) Matcher() func(*store.Object) bool {
 	}
 }
 
+// SelectorText is the request's selectors in canonical text form, for a
+// reader in another process (store.ListRequest.Selector); empty parts for
+// absent selectors.
+func (r *Request) SelectorText() store.Selector {
+	var sel store.Selector
+	if !r.LabelSelector.Empty() {
+		sel.Label = r.LabelSelector.String()
+	}
+	if !r.FieldSelector.Empty() {
+		sel.Field = r.FieldSelector.String()
+	}
+	return sel
+}
+
 func notOlderThan(raw string, rv uint64) Read {
 	switch {
 	case raw == "":

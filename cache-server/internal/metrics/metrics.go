@@ -30,6 +30,13 @@ type Metrics struct {
 	WatchBufferFill    *prometheus.HistogramVec // resource: watcher lag / buffer size when it reads
 	WatchDelivery      *prometheus.HistogramVec // resource: event received from upstream to written to a watcher
 
+	// A fleet's shards (serving fronts) and fronts (calling shards).
+	ShardRequests        *prometheus.CounterVec   // verb, resource, outcome
+	ShardRequestDuration *prometheus.HistogramVec // verb, resource
+	FleetShardCalls      *prometheus.CounterVec   // shard, verb, outcome
+	FleetStreamRestarts  *prometheus.CounterVec   // resource, shard, reason
+	FleetWatermark       *prometheus.GaugeVec     // resource, shard
+
 	AuthnConnCache *prometheus.CounterVec // result: hit, miss, bypass
 	MemoryReleased prometheus.Counter     // bytes returned to the OS after bulk loads
 }
@@ -127,6 +134,28 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_memory_released_bytes_total",
 		Help: "Heap memory returned to the operating system right after initial loads (package memrelease).",
 	})
+	m.ShardRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_shard_requests_total",
+		Help: "Requests a fleet shard served to its fronts, by verb (list, watch, currentrv, wait), resource and outcome.",
+	}, []string{"verb", "resource", "outcome"})
+	m.ShardRequestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "cachetier_shard_request_duration_seconds",
+		Help:    "Duration of requests a fleet shard served to its fronts (watch: the stream's lifetime).",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 60, 600},
+	}, []string{"verb", "resource"})
+	m.FleetShardCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_fleet_shard_calls_total",
+		Help: "Calls a fleet front made to its shards, by shard, verb and outcome (ok, error, unreachable).",
+	}, []string{"shard", "verb", "outcome"})
+	m.FleetStreamRestarts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_fleet_stream_restarts_total",
+		Help: "A front's change streams from its shards that ended and were reopened, by reason (error; expired: the shard no longer had the history, so the front's watchers were closed).",
+	}, []string{"resource", "shard", "reason"})
+	m.FleetWatermark = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cachetier_fleet_shard_watermark",
+		Help: "The resourceVersion up to which a front has every change of a shard; the front serves the minimum over shards.",
+	}, []string{"resource", "shard"})
+	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark)
 	reg.MustRegister(m.AuthnConnCache, m.MemoryReleased)
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
 	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes,

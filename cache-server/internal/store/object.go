@@ -89,6 +89,10 @@ type Event struct {
 	Type   EventType
 	Object *Object
 	RV     uint64
+	// Prev is the state before the change, when the producer knows it (a
+	// fleet's front gets it from the shard that owns the key); nil
+	// otherwise, and always nil for events applied to a Store.
+	Prev *Object
 }
 
 // btreeDegree trades node size against depth; 32 is what the apiserver's
@@ -153,4 +157,32 @@ func rangeStart(prefix, startKeyExclusive string) string {
 		return prefix
 	}
 	return after
+}
+
+// Last returns the greatest key with the given prefix ("" = any).
+func (s Snapshot) Last(prefix string) (string, bool) {
+	if s.tree == nil {
+		return "", false
+	}
+	if prefix == "" {
+		o, ok := s.tree.Max()
+		if !ok {
+			return "", false
+		}
+		return o.Key, true
+	}
+	// The smallest string above every key with the prefix: the prefix
+	// with its last byte incremented (namespace prefixes end in '/').
+	end := prefix[:len(prefix)-1] + string(rune(prefix[len(prefix)-1]+1))
+	var key string
+	s.tree.DescendLessOrEqual(&Object{Key: end}, func(o *Object) bool {
+		if o.Key >= end {
+			return true
+		}
+		if strings.HasPrefix(o.Key, prefix) {
+			key = o.Key
+		}
+		return false
+	})
+	return key, key != ""
 }

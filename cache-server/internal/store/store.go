@@ -208,6 +208,15 @@ type ListRequest struct {
 	// is nil also decides RemainingItemCount, as in the apiserver: an exact
 	// count is only given for an unfiltered list.
 	Match func(*Object) bool
+	// Selector is Match as text, for a reader that evaluates it in
+	// another process (a fleet's shards); empty when Match is nil.
+	Selector Selector
+}
+
+// Selector is a label and a field selector in their canonical text form
+// (field labels already converted for the resource).
+type Selector struct {
+	Label, Field string
 }
 
 // ListResult is one page.
@@ -416,4 +425,23 @@ func (s *Store) Stats() []ShardStats {
 		out[i] = sh.Stats()
 	}
 	return out
+}
+
+// LastKey is the greatest key in the namespace's range ("" = everything) at
+// snapshotRV (0 = latest), "" when the range is empty. A fleet's front
+// needs it to tell, as the apiserver does for a single store, whether
+// anything follows a filtered page that every shard finished.
+func (s *Store) LastKey(snapshotRV uint64, namespace string) (string, error) {
+	snaps, _, err := s.snapshots(snapshotRV)
+	if err != nil {
+		return "", err
+	}
+	prefix := keyhash.NamespacePrefix(namespace)
+	var last string
+	for _, snap := range snaps {
+		if k, ok := snap.Last(prefix); ok && k > last {
+			last = k
+		}
+	}
+	return last, nil
 }

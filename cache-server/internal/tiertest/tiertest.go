@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,6 +42,11 @@ type Options struct {
 	ExtraAPIServerFlags []string
 	// Verbose logs the tier to stderr.
 	Verbose bool
+	// FleetShards, when positive, also starts a fleet next to the
+	// standalone tier: that many shard servers (hash shards split into
+	// contiguous ranges, as the operator assigns them) and a front over
+	// them, all in this process on loopback (Env.FleetAdmin).
+	FleetShards int
 }
 
 // Env is a running control plane plus tier.
@@ -51,12 +57,17 @@ type Env struct {
 	// TierKubeconfig is a kubeconfig for kubectl against the tier.
 	TierKubeconfig string
 	TierURL        string
+	// FleetAdmin talks to the fleet's front as admin (Options.FleetShards).
+	FleetAdmin *rest.Config
 
 	opts     Options
 	listener string
 	cert     tls.Certificate
 	cancel   context.CancelFunc
 	done     chan error
+
+	fleetCancel context.CancelFunc
+	fleetDone   sync.WaitGroup
 }
 
 // Start brings everything up; Stop tears it down.
@@ -116,6 +127,11 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if err := e.startTier(ctx, ln); err != nil {
 		return nil, err
 	}
+	if opts.FleetShards > 0 {
+		if err := e.startFleet(ctx); err != nil {
+			return nil, fmt.Errorf("fleet: %w", err)
+		}
+	}
 	ok = true
 	return e, nil
 }
@@ -144,18 +160,24 @@ func (e *Env) startTier(ctx context.Context, ln net.Listener) error {
 
 // waitReady polls /readyz until every cached resource is synced.
 func (e *Env) waitReady() error {
-	client, err := rest.HTTPClientFor(e.TierAdmin)
+	return waitReady(e.TierAdmin, e.done)
+}
+
+// waitReady polls a server's /readyz until it answers 200, the server
+// exits (done) or a minute passed.
+func waitReady(cfg *rest.Config, done <-chan error) error {
+	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return err
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		select {
-		case err := <-e.done:
-			return fmt.Errorf("tier exited: %v", err)
+		case err := <-done:
+			return fmt.Errorf("exited: %v", err)
 		default:
 		}
-		resp, err := client.Get(e.TierURL + "/readyz")
+		resp, err := client.Get(cfg.Host + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
@@ -163,7 +185,7 @@ func (e *Env) waitReady() error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("tier not ready after 60s: %v", err)
+			return fmt.Errorf("not ready after 60s: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -232,6 +254,10 @@ func (e *Env) stopTier() {
 // Stop tears down the tier and the control plane.
 func (e *Env) Stop() {
 	e.stopTier()
+	if e.fleetCancel != nil {
+		e.fleetCancel()
+		e.fleetDone.Wait()
+	}
 	if e.CP != nil {
 		_ = e.CP.Stop()
 	}

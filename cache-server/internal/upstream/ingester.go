@@ -52,6 +52,11 @@ type Options struct {
 	// Namespaces, when set, keeps only objects in namespaces matching the
 	// profile's namespaceSelector (see NamespaceFilter).
 	Namespaces *NamespaceFilter
+	// Owns, when set, keeps only the objects whose key it accepts (a
+	// fleet's shard keeps its hash shards). Changes to other keys still
+	// advance the applied RV, as progress: every shard sees every upstream
+	// RV, which is what lets the front read all shards at one RV.
+	Owns func(key string) bool
 }
 
 // Ingester keeps a store in sync with one upstream resource.
@@ -393,6 +398,10 @@ func (in *Ingester) handle(ev rawEvent) error {
 	if err != nil {
 		return err
 	}
+	if in.opts.Owns != nil && !in.opts.Owns(o.Key) {
+		in.markProgress(o.RV)
+		return nil
+	}
 	return in.apply(store.Event{Type: t, Object: o, RV: o.RV})
 }
 
@@ -439,7 +448,7 @@ func (in *Ingester) replace(objs []*store.Object, rv uint64) error {
 		// same apiserver; refuse rather than move the cache backwards.
 		return fmt.Errorf("relist of %s returned RV %d older than applied RV %d", in.res, rv, in.applied)
 	}
-	objs = in.filterReplaceLocked(objs)
+	objs = in.filterReplaceLocked(in.owned(objs))
 	events, err := in.opts.Store.Replace(objs, rv)
 	if err != nil {
 		return err
@@ -476,6 +485,20 @@ func (in *Ingester) replaceIfNewer(objs []*store.Object, rv uint64) error {
 		return nil // lost a race with the main stream; see above
 	}
 	return err
+}
+
+// owned is objs without the keys Owns refuses (all of them without Owns).
+func (in *Ingester) owned(objs []*store.Object) []*store.Object {
+	if in.opts.Owns == nil {
+		return objs
+	}
+	out := objs[:0:0]
+	for _, o := range objs {
+		if in.opts.Owns(o.Key) {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 func (in *Ingester) advanceLocked(rv uint64) {

@@ -191,6 +191,7 @@ func (in *Ingester) syncNamespace(ctx context.Context, ns string) error {
 		abandon()
 		return err
 	}
+	objs = in.owned(objs)
 	if err := in.WaitFresh(ctx, rv); err != nil {
 		abandon()
 		return fmt.Errorf("wait for RV %d after listing namespace %s: %w", rv, ns, err)

@@ -61,8 +61,9 @@ type Options struct {
 	// Resource is the metrics label.
 	Resource string
 	// Store is where watch-list initial events and previous object states
-	// are read from.
-	Store *store.Store
+	// are read from: the resource's store (standalone, shard) or a fleet's
+	// shards.
+	Store Snapshots
 	// Metrics may be nil (tests).
 	Metrics *metrics.Metrics
 	// BufferSize bounds how far (in events) a watcher may fall behind.
@@ -71,11 +72,24 @@ type Options struct {
 	// tier uses the store's history window. MaxHistory caps the count.
 	HistoryWindow time.Duration
 	MaxHistory    int
+	// PrevIncluded: published events carry their previous state (Prev),
+	// so an event without one had none and the store is not asked. A
+	// fleet's front sets it: its Store is the shards, over the network.
+	PrevIncluded bool
 	// BookmarkFrequency is how often a watcher that allows bookmarks gets
 	// one when the resource's RV moved (also when its own slice did not).
 	BookmarkFrequency time.Duration
 	Clock             clock.Clock
 	Log               logr.Logger
+}
+
+// Snapshots is what the hub reads from the resource's state.
+type Snapshots interface {
+	// Get returns key's object at snapshotRV (nil if absent); used for the
+	// previous state of an event that does not carry it.
+	Get(key string, snapshotRV uint64) (*store.Object, uint64, error)
+	// Scan streams a watch-list's initial state (see store.Store.Scan).
+	Scan(req store.ListRequest, fn func(*store.Object) bool) (uint64, error)
 }
 
 // Event is one change as the history keeps it.
@@ -183,8 +197,13 @@ func (h *Hub) publish(evs []store.Event, relistRV uint64, relist bool) {
 	now := h.clk.Now()
 	batch := make([]Event, 0, len(evs))
 	for _, ev := range evs {
-		e := Event{Type: ev.Type, Object: ev.Object, RV: ev.RV, Received: now}
-		if prevRV > 0 {
+		e := Event{Type: ev.Type, Object: ev.Object, RV: ev.RV, Received: now, Prev: ev.Prev}
+		switch {
+		case ev.Prev != nil:
+			// Known to the producer (a fleet front's shard).
+		case h.opts.PrevIncluded:
+			// It had none (an ADDED).
+		case prevRV > 0:
 			if ev.Type == store.Deleted && relist {
 				e.Prev = ev.Object
 			} else if o, _, err := h.opts.Store.Get(ev.Object.Key, prevRV); err == nil {
@@ -304,6 +323,8 @@ type Request struct {
 	Namespace string
 	// Match is the label/field selector; nil matches everything.
 	Match func(*store.Object) bool
+	// Selector is Match as text (store.ListRequest.Selector).
+	Selector store.Selector
 	// InitialEvents: start from a snapshot at the current RV (the caller
 	// made sure the hub is fresh enough) and stream it first.
 	InitialEvents bool
@@ -332,7 +353,8 @@ type Watcher struct {
 	done         chan struct{}
 	onTerminate  func()
 
-	// SnapshotRV is the RV of the initial state (InitialEvents).
+	// SnapshotRV is the RV of the initial state (InitialEvents), or for a
+	// watch from "now" (From 0) the hub's RV it starts after.
 	SnapshotRV uint64
 	// minRV: events at or below it are not delivered (a watch from a
 	// future RV).
@@ -367,6 +389,7 @@ func (h *Hub) Watch(req Request) (*Watcher, error) {
 		w.cursor.Store(head)
 		w.initializing.Store(true)
 	case req.From == 0:
+		w.SnapshotRV = h.lastRV
 		w.sentRV = h.lastRV
 		w.cursor.Store(head)
 	default:
@@ -399,7 +422,7 @@ func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 // filtered) to fn in key order, without copying it.
 func (w *Watcher) Initial(fn func(*store.Object) bool) error {
 	prefix := w.req.Namespace
-	_, err := w.hub.opts.Store.Scan(store.ListRequest{SnapshotRV: w.SnapshotRV, Namespace: prefix, Match: w.req.Match}, func(o *store.Object) bool {
+	_, err := w.hub.opts.Store.Scan(store.ListRequest{SnapshotRV: w.SnapshotRV, Namespace: prefix, Match: w.req.Match, Selector: w.req.Selector}, func(o *store.Object) bool {
 		select {
 		case <-w.done:
 			return false
@@ -640,6 +663,28 @@ func (h *Hub) WaitFor(ctx context.Context, rv uint64) error {
 		case <-ctx.Done():
 			return &store.TooLargeResourceVersionError{RV: rv, Current: last, Err: ctx.Err()}
 		}
+	}
+}
+
+// Reset forgets the history and starts it again at rv: every watcher is
+// closed (counted with reason) and re-watches; one resuming from below rv
+// gets 410 and relists. A fleet's front calls it when changes of a shard
+// were lost (the shard restarted). The hub's RV never goes back.
+func (h *Hub) Reset(rv uint64, reason string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.watchers {
+		h.terminateLocked(w, reason)
+	}
+	h.base += uint64(len(h.events))
+	clear(h.events)
+	h.events = h.events[:0]
+	h.gaps = nil
+	h.floor = max(rv, h.lastRV)
+	if rv > h.lastRV {
+		h.advanceLocked(rv)
+	} else {
+		h.wakeLocked()
 	}
 }
 

@@ -1,0 +1,119 @@
+// Package fleet is a front's view of a fleet's shards: a front.Source per
+// resource that reads pages and single objects from the shards at one RV
+// and merges them by key, and a watch hub fed by the shards' change streams
+// merged in RV order by watermark.
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cachetier/cachetier/api/topology"
+	"github.com/cachetier/cachetier/cache-server/internal/metrics"
+	"github.com/cachetier/cachetier/cache-server/internal/shardwire"
+)
+
+// Client calls the shards of one topology.
+type Client struct {
+	http    *http.Client
+	topo    *topology.Topology
+	metrics *metrics.Metrics
+	// next rotates the replica tried first, per shard, so reads spread
+	// over replicas.
+	next []atomic.Uint32
+}
+
+// NewClient returns a client that reaches shards with httpClient (TLS
+// trusting the shards' CA, carrying the front's credentials).
+func NewClient(httpClient *http.Client, topo *topology.Topology, m *metrics.Metrics) *Client {
+	return &Client{http: httpClient, topo: topo, metrics: m, next: make([]atomic.Uint32, len(topo.Shards))}
+}
+
+// stream is an open shard response.
+type stream struct {
+	*shardwire.Reader
+	body io.Closer
+}
+
+func (s stream) Close() error { return s.body.Close() }
+
+// open sends a shard request to one replica of shard i, trying the others
+// when one cannot be reached. A replica that answers with an HTTP error
+// (authentication, authorization) is an answer, not a reason to try the
+// next one.
+func (c *Client) open(ctx context.Context, i int, path string, q url.Values) (stream, error) {
+	sh := c.topo.Shards[i]
+	verb := strings.TrimPrefix(path, "/shard/v1/")
+	first := int(c.next[i].Add(1))
+	var lastErr error
+	for k := range sh.Endpoints {
+		ep := sh.Endpoints[(first+k)%len(sh.Endpoints)]
+		u := url.URL{Scheme: "https", Host: ep, Path: path, RawQuery: q.Encode()}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+		if err != nil {
+			return stream{}, err
+		}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return stream{}, ctx.Err()
+			}
+			lastErr = err
+			continue
+		}
+		if resp.StatusCode != http.StatusOK {
+			err := httpError(sh.Name, resp)
+			resp.Body.Close()
+			c.metrics.FleetShardCalls.WithLabelValues(sh.Name, verb, "error").Inc()
+			return stream{}, err
+		}
+		c.metrics.FleetShardCalls.WithLabelValues(sh.Name, verb, "ok").Inc()
+		return stream{Reader: shardwire.NewReader(resp.Body), body: resp.Body}, nil
+	}
+	c.metrics.FleetShardCalls.WithLabelValues(sh.Name, verb, "unreachable").Inc()
+	return stream{}, apierrors.NewServiceUnavailable(fmt.Sprintf("shard %s is unreachable: %v", sh.Name, lastErr))
+}
+
+// httpError turns a shard's HTTP error (its auth filters answer with a
+// Status) into an error for the front's client.
+func httpError(shard string, resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var st metav1.Status
+	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" {
+		// Relayed as unavailability: the client's own request was
+		// authorized by the front; a shard refusing the front is a fleet
+		// misconfiguration, not the client's error.
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("shard %s refused the front: %d %s", shard, st.Code, st.Message))
+	}
+	return apierrors.NewServiceUnavailable(fmt.Sprintf("shard %s answered %s", shard, resp.Status))
+}
+
+// call opens a request whose answer is one record (a watermark) or an error.
+func (c *Client) call(ctx context.Context, i int, path string, q url.Values) (shardwire.Record, error) {
+	s, err := c.open(ctx, i, path, q)
+	if err != nil {
+		return shardwire.Record{}, err
+	}
+	defer s.Close()
+	rec, err := s.Next()
+	if err != nil {
+		return shardwire.Record{}, c.readError(i, err)
+	}
+	if rec.Kind == shardwire.KindError {
+		return rec, rec.Header.Error.Err()
+	}
+	return rec, nil
+}
+
+func (c *Client) readError(i int, err error) error {
+	return apierrors.NewServiceUnavailable(fmt.Sprintf("reading from shard %s: %v", c.topo.Shards[i].Name, err))
+}

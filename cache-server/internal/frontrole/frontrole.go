@@ -1,0 +1,115 @@
+// Package frontrole runs a fleet front: the aggregated API (package front)
+// over the fleet's shards (package fleet), behind delegated authentication
+// and authorization. It holds no objects: LISTs and GETs are read from the
+// shards at one RV and merged by key; watches are served from a hub fed by
+// the shards' change streams merged in RV order.
+package frontrole
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/cachetier/cachetier/api/topology"
+	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/cache-server/internal/catalog"
+	"github.com/cachetier/cachetier/cache-server/internal/fleet"
+	"github.com/cachetier/cachetier/cache-server/internal/front"
+	"github.com/cachetier/cachetier/cache-server/internal/metrics"
+	"github.com/cachetier/cachetier/cache-server/internal/serving"
+	"github.com/cachetier/cachetier/cache-server/internal/standalone"
+)
+
+// Config is one front.
+type Config struct {
+	ProfileName string
+	Spec        v1alpha1.CacheProfileSpec
+	Topology    *topology.Topology
+	// Upstream is the apiserver (discovery, version, authentication and
+	// authorization of clients).
+	Upstream *rest.Config
+	// ShardClient reaches the shards: TLS trusting their CA and the
+	// front's credentials (the shards authorize the front like any
+	// caller).
+	ShardClient *http.Client
+	Listener    net.Listener
+	Certificate tls.Certificate
+	// ProbeListener, when set, serves /metrics, /readyz, /livez over HTTP.
+	ProbeListener      net.Listener
+	Registry           *prometheus.Registry
+	Profiling          bool
+	ProtobufCacheBytes int64
+	Log                logr.Logger
+}
+
+// Run serves until ctx ends.
+func Run(ctx context.Context, cfg Config) error {
+	settings, err := standalone.EffectiveSettings(cfg.Spec)
+	if err != nil {
+		return err
+	}
+	if err := cfg.Topology.Validate(); err != nil {
+		return err
+	}
+	if int(cfg.Topology.HashShards) != settings.HashShards {
+		return fmt.Errorf("the topology has %d hash shards, the profile %d", cfg.Topology.HashShards, settings.HashShards)
+	}
+	reg := serving.Registry(cfg.Registry)
+	m := metrics.New(reg)
+	upstreamCfg := rest.CopyConfig(cfg.Upstream)
+	kc, err := kubernetes.NewForConfig(upstreamCfg)
+	if err != nil {
+		return err
+	}
+	ver, err := kc.Discovery().ServerVersion()
+	if err != nil {
+		return fmt.Errorf("reach the apiserver: %w", err)
+	}
+	entries, err := catalog.Resolve(ctx, upstreamCfg, cfg.Spec)
+	if err != nil {
+		return err
+	}
+	client := fleet.NewClient(cfg.ShardClient, cfg.Topology, m)
+	var resources []front.Resource
+	var sources []*fleet.Source
+	for _, e := range entries {
+		src := fleet.NewSource(fleet.Options{Entry: e, Client: client, HistoryWindow: settings.HistoryWindow, Metrics: m, Log: cfg.Log})
+		go src.Run(ctx)
+		sources = append(sources, src)
+		resources = append(resources, front.Resource{Entry: e, Source: src, Hub: src.Hub()})
+	}
+	cfg.Log.Info("front", "shards", len(cfg.Topology.Shards), "hashShards", settings.HashShards, "resources", len(resources))
+	prefix := standalone.PathPrefix(cfg.ProfileName)
+	api := front.New(front.Options{
+		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, PathPrefix: prefix,
+		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes,
+	})
+	if cfg.ProbeListener != nil {
+		go serving.Probes(ctx, cfg.ProbeListener, reg, func() error {
+			for i, s := range sources {
+				select {
+				case <-s.Synced():
+				default:
+					return fmt.Errorf("the fleet's streams for %s have not started yet", entries[i].Resource.String())
+				}
+			}
+			return nil
+		})
+	}
+	return serving.Run(ctx, serving.Config{
+		Listener: cfg.Listener, Certificate: cfg.Certificate, Client: kc, PathPrefix: prefix,
+		API: api, Registry: reg, Metrics: m, Profiling: cfg.Profiling, Log: cfg.Log,
+		BeforeShutdown: func() {
+			for _, s := range sources {
+				s.Hub().Close()
+			}
+		},
+	})
+}

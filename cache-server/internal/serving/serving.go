@@ -1,0 +1,124 @@
+// Package serving runs a role's HTTPS API behind the delegated
+// authentication and authorization of package auth, and its plain-HTTP
+// probe and metrics port. Shared by the standalone, shard and front roles.
+package serving
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/cachetier/cachetier/cache-server/internal/auth"
+	"github.com/cachetier/cachetier/cache-server/internal/metrics"
+)
+
+// Config is one HTTPS API.
+type Config struct {
+	Listener    net.Listener
+	Certificate tls.Certificate
+	// Client is the apiserver that authenticates and authorizes callers.
+	Client kubernetes.Interface
+	// PathPrefix is stripped before authorization (auth.Options).
+	PathPrefix string
+	// API serves everything but /metrics and /debug/pprof.
+	API http.Handler
+	// Registry is served at /metrics (authorized like any non-resource URL).
+	Registry *prometheus.Registry
+	Metrics  *metrics.Metrics
+	// Profiling serves net/http/pprof under /debug/pprof/ (authorized:
+	// kube-apiserver's own rule for its profiles).
+	Profiling bool
+	Log       logr.Logger
+	// BeforeShutdown ends long-running streams (watches), which
+	// http.Server.Shutdown waits for but never interrupts.
+	BeforeShutdown func()
+}
+
+// Run serves until ctx ends.
+func Run(ctx context.Context, cfg Config) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/", cfg.API)
+	if cfg.Profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	handler, clientAuth, err := auth.Wrap(ctx, auth.Options{
+		Client: cfg.Client, PathPrefix: cfg.PathPrefix, AlwaysAllowPaths: []string{"/healthz", "/livez", "/readyz"},
+		ConnCacheResults: cfg.Metrics.AuthnConnCache,
+	}, mux)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cfg.Certificate}, ClientAuth: clientAuth, MinVersion: tls.VersionTLS12},
+		// Per-connection authentication cache (auth.Wrap's authenticator).
+		ConnContext: auth.ConnContext,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServeTLS(cfg.Listener, "", "") }()
+	cfg.Log.Info("serving", "address", cfg.Listener.Addr().String(), "pathPrefix", cfg.PathPrefix)
+	select {
+	case <-ctx.Done():
+		if cfg.BeforeShutdown != nil {
+			cfg.BeforeShutdown()
+		}
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+		return nil
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	}
+}
+
+// Probes serves /metrics, /readyz and /livez over plain HTTP on ln (the
+// fleet's probe and scrape port) until ctx ends. ready returns nil when
+// the role can serve.
+func Probes(ctx context.Context, ln net.Listener, reg *prometheus.Registry, ready func() error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	_ = srv.Serve(ln)
+}
+
+// Registry is reg, or a new registry with Go's runtime and process
+// collectors when reg is nil.
+func Registry(reg *prometheus.Registry) *prometheus.Registry {
+	if reg != nil {
+		return reg
+	}
+	reg = prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}

@@ -1,0 +1,287 @@
+// Package shardserver is a fleet shard's API for its fronts: pages and
+// scans of its hash shards at an exact RV, single objects, the stream of
+// its changes with watermarks, and freshness (the apiserver's current RV,
+// waits until an RV is applied). Bodies are shardwire records. It is not a
+// Kubernetes API: the fronts serve that, merging what the shards answer.
+//
+// Every shard sees every upstream RV (changes to keys it does not own are
+// progress), so all shards can be read at one RV and their streams merged
+// in RV order by watermark.
+package shardserver
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/cachetier/cachetier/cache-server/internal/ingest"
+	"github.com/cachetier/cachetier/cache-server/internal/metrics"
+	"github.com/cachetier/cachetier/cache-server/internal/shardwire"
+	"github.com/cachetier/cachetier/cache-server/internal/store"
+	"github.com/cachetier/cachetier/cache-server/internal/watch"
+)
+
+// Server serves one shard's resources.
+type Server struct {
+	resources map[string]ingest.Resource
+	metrics   *metrics.Metrics
+	log       logr.Logger
+}
+
+// New returns the handler.
+func New(resources []ingest.Resource, m *metrics.Metrics, log logr.Logger) *Server {
+	s := &Server{resources: map[string]ingest.Resource{}, metrics: m, log: log}
+	for _, r := range resources {
+		s.resources[shardwire.ResourceID(r.Entry.Resource.GVR)] = r
+	}
+	return s
+}
+
+// ServeHTTP routes a shard request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var serve func(context.Context, *shardwire.Writer, ingest.Resource, *http.Request) error
+	verb := ""
+	switch r.URL.Path {
+	case shardwire.PathList:
+		serve, verb = s.list, "list"
+	case shardwire.PathWatch:
+		serve, verb = s.watch, "watch"
+	case shardwire.PathCurrentRV:
+		serve, verb = s.currentRV, "currentrv"
+	case shardwire.PathWait:
+		serve, verb = s.wait, "wait"
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	id := r.URL.Query().Get("resource")
+	w.Header().Set("Content-Type", shardwire.ContentType)
+	w.WriteHeader(http.StatusOK)
+	out := shardwire.NewWriter(flushWriter{w})
+	res, ok := s.resources[id]
+	var err error
+	if !ok {
+		err = apierrors.NewNotFound(schema.GroupResource{Group: "cachetier.io", Resource: "cached-resources"}, id)
+	} else {
+		err = s.synced(r.Context(), res)
+		if err == nil {
+			err = serve(r.Context(), out, res, r)
+		}
+	}
+	outcome := "ok"
+	if err != nil && r.Context().Err() == nil {
+		outcome = "error"
+		_ = out.Error(err)
+		s.log.V(1).Info("shard request failed", "verb", verb, "resource", id, "query", r.URL.RawQuery, "err", err.Error())
+	}
+	_ = out.Flush()
+	s.metrics.ShardRequests.WithLabelValues(verb, id, outcome).Inc()
+	s.metrics.ShardRequestDuration.WithLabelValues(verb, id).Observe(time.Since(start).Seconds())
+}
+
+// synced waits for the resource's initial load, as the front's readiness
+// does (429 while initializing, as the apiserver's cacher).
+func (s *Server) synced(ctx context.Context, res ingest.Resource) error {
+	select {
+	case <-res.Ingester.Synced():
+		return nil
+	case <-ctx.Done():
+		return apierrors.NewTooManyRequests("storage is (re)initializing", 1)
+	}
+}
+
+// list answers a page (limit > 0), a whole scan (limit 0) or one object
+// (key) at snapshot rv (0 = latest), after waiting until rv is applied.
+func (s *Server) list(ctx context.Context, out *shardwire.Writer, res ingest.Resource, r *http.Request) error {
+	q := r.URL.Query()
+	rv, err := uintParam(q.Get("rv"))
+	if err != nil {
+		return err
+	}
+	limit, err := uintParam(q.Get("limit"))
+	if err != nil {
+		return err
+	}
+	if rv > 0 {
+		if err := res.Ingester.WaitFresh(ctx, rv); err != nil {
+			return &store.TooLargeResourceVersionError{RV: rv, Current: res.Ingester.AppliedRV(), Err: err}
+		}
+	}
+	st := res.Ingester.Store()
+	if key := q.Get("key"); key != "" {
+		o, snapRV, err := st.Get(key, rv)
+		if err != nil {
+			return err
+		}
+		if o != nil {
+			if err := out.Object(o); err != nil {
+				return err
+			}
+		}
+		return out.End(shardwire.Header{RV: snapRV})
+	}
+	match, err := matcher(q.Get("labelSelector"), q.Get("fieldSelector"))
+	if err != nil {
+		return err
+	}
+	req := store.ListRequest{SnapshotRV: rv, Namespace: q.Get("namespace"), StartKeyExclusive: q.Get("after"), Limit: int64(limit), Match: match}
+	if limit == 0 {
+		var werr error
+		snapRV, err := st.Scan(req, func(o *store.Object) bool {
+			werr = out.Object(o)
+			return werr == nil
+		})
+		if err != nil {
+			return err
+		}
+		if werr != nil {
+			return werr
+		}
+		return out.End(shardwire.Header{RV: snapRV})
+	}
+	page, err := st.List(req)
+	if err != nil {
+		return err
+	}
+	for _, o := range page.Items {
+		if err := out.Object(o); err != nil {
+			return err
+		}
+	}
+	end := shardwire.Header{RV: page.RV, Continue: page.ContinueKey, Remaining: page.RemainingItemCount}
+	if page.ContinueKey == "" {
+		if end.LastKey, err = st.LastKey(page.RV, req.Namespace); err != nil {
+			return err
+		}
+	}
+	return out.End(end)
+}
+
+// watch streams every change after rv (0 = from now) with its previous
+// state, and watermarks, until the front goes away. The first record of a
+// watch from now is the watermark it starts after.
+func (s *Server) watch(ctx context.Context, out *shardwire.Writer, res ingest.Resource, r *http.Request) error {
+	from, err := uintParam(r.URL.Query().Get("rv"))
+	if err != nil {
+		return err
+	}
+	watcher, err := res.Hub.Watch(watch.Request{From: from})
+	if err != nil {
+		return err
+	}
+	defer watcher.Stop()
+	if from == 0 {
+		if err := out.Watermark(watcher.SnapshotRV, res.Ingester.UpstreamUncached()); err != nil {
+			return err
+		}
+	}
+	if err := out.Flush(); err != nil {
+		return err
+	}
+	var evs []watch.Event
+	for {
+		var watermark uint64
+		evs, watermark, err = watcher.Follow(ctx.Done(), evs[:0])
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		for _, e := range evs {
+			if err := out.Event(e.Type.String(), e.RV, e.Object, e.Prev); err != nil {
+				return err
+			}
+		}
+		if watermark > 0 {
+			if err := out.Watermark(watermark, res.Ingester.UpstreamUncached()); err != nil {
+				return err
+			}
+		}
+		if err := out.Flush(); err != nil {
+			return err
+		}
+		if len(evs) == 0 {
+			// Only progress: let more of it (and events) gather.
+			select {
+			case <-time.After(watch.FollowPause):
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+}
+
+// currentRV answers the apiserver's current RV for the resource, fetched
+// after the request arrived (coalesced with concurrent fetches).
+func (s *Server) currentRV(ctx context.Context, out *shardwire.Writer, res ingest.Resource, _ *http.Request) error {
+	rv, err := res.Ingester.CurrentRV(ctx)
+	if err != nil {
+		return apierrors.NewServiceUnavailable("cannot read the apiserver's current resourceVersion: " + err.Error())
+	}
+	return out.Watermark(rv, res.Ingester.UpstreamUncached())
+}
+
+// wait returns once rv is applied (the shard proves its progress to the
+// apiserver if its stream is quiet), answering the applied RV.
+func (s *Server) wait(ctx context.Context, out *shardwire.Writer, res ingest.Resource, r *http.Request) error {
+	rv, err := uintParam(r.URL.Query().Get("rv"))
+	if err != nil {
+		return err
+	}
+	if err := res.Ingester.WaitFresh(ctx, rv); err != nil {
+		return &store.TooLargeResourceVersionError{RV: rv, Current: res.Ingester.AppliedRV(), Err: err}
+	}
+	return out.Watermark(res.Ingester.AppliedRV(), res.Ingester.UpstreamUncached())
+}
+
+// matcher builds the selector a front sent in canonical text form (field
+// labels already converted for the resource).
+func matcher(label, field string) (func(*store.Object) bool, error) {
+	if label == "" && field == "" {
+		return nil, nil
+	}
+	ls, err := labels.Parse(label)
+	if err != nil {
+		return nil, apierrors.NewBadRequest("labelSelector: " + err.Error())
+	}
+	fs, err := fields.ParseSelector(field)
+	if err != nil {
+		return nil, apierrors.NewBadRequest("fieldSelector: " + err.Error())
+	}
+	return func(o *store.Object) bool {
+		return ls.Matches(labels.Set(o.Labels)) && fs.Matches(o.FieldSet())
+	}, nil
+}
+
+func uintParam(v string) (uint64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, apierrors.NewBadRequest("invalid number " + strconv.Quote(v))
+	}
+	return n, nil
+}
+
+// flushWriter flushes the HTTP response after every write the shardwire
+// buffer makes (it writes in 64 KiB pieces and on Flush), so a front sees
+// each batch of events as soon as it is complete.
+type flushWriter struct{ w http.ResponseWriter }
+
+func (f flushWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if err == nil {
+		err = http.NewResponseController(f.w).Flush()
+	}
+	return n, err
+}

@@ -1,0 +1,313 @@
+// Package shardwire is the framing between a fleet's shards and its fronts:
+// a stream of records, each a small JSON header followed by the object's
+// stored JSON bytes as they are (length-prefixed, never re-encoded or
+// escaped), so a front merges shards' pages and events without parsing the
+// objects themselves.
+//
+//	record  = kind:byte  uvarint(len(header)) header  uvarint(len(raw)) raw  [uvarint(len(prev)) prev]
+//
+// The prev part is present only for events. Sizes are bounded on decode, so
+// a corrupt or hostile stream is an error, never a huge allocation.
+package shardwire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/cachetier/cachetier/cache-server/internal/store"
+)
+
+// ResourceID names a resource in shard requests.
+func ResourceID(gvr schema.GroupVersionResource) string {
+	return gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
+}
+
+// Paths of a shard's endpoints.
+const (
+	PathList      = "/shard/v1/list"
+	PathWatch     = "/shard/v1/watch"
+	PathCurrentRV = "/shard/v1/currentrv"
+	PathWait      = "/shard/v1/wait"
+	// ContentType of every shard response body.
+	ContentType = "application/vnd.cachetier.shard-records"
+)
+
+// Kind says what a record carries.
+type Kind byte
+
+const (
+	// KindObject is one item of a list, in key order.
+	KindObject Kind = 'O'
+	// KindEnd ends a list: its RV, continuation and counts.
+	KindEnd Kind = 'T'
+	// KindEvent is one change of a followed resource, with its previous
+	// state.
+	KindEvent Kind = 'E'
+	// KindWatermark says every event up to RV has been sent.
+	KindWatermark Kind = 'W'
+	// KindError ends a stream with an error.
+	KindError Kind = 'X'
+)
+
+// Limits on decode. Objects are bounded by etcd's request size (1.5 MiB by
+// default, configurable); 64 MiB is far above any real object.
+const (
+	maxHeader = 1 << 20
+	maxRaw    = 64 << 20
+)
+
+// Meta is what a front needs of an object besides its bytes: the key it
+// merges by and what selectors and watch filters read.
+type Meta struct {
+	Key       string            `json:"k"`
+	Namespace string            `json:"ns,omitempty"`
+	Name      string            `json:"n"`
+	RV        uint64            `json:"rv"`
+	Labels    map[string]string `json:"l,omitempty"`
+	Fields    map[string]string `json:"f,omitempty"`
+}
+
+// Header is a record's header; which fields are set depends on the kind.
+type Header struct {
+	// Type is the event type (KindEvent).
+	Type string `json:"t,omitempty"`
+	// RV: the event's, the list's snapshot, or the watermark.
+	RV     uint64 `json:"rv,omitempty"`
+	Object *Meta  `json:"o,omitempty"`
+	Prev   *Meta  `json:"p,omitempty"`
+	// KindEnd: Continue is the key to continue after ("" = complete);
+	// Remaining the count after this page (unfiltered lists); LastKey the
+	// last key of the shard's range at the snapshot, matching or not, so
+	// a front can tell whether anything follows its merged page.
+	Continue  string `json:"c,omitempty"`
+	Remaining *int64 `json:"r,omitempty"`
+	LastKey   string `json:"lk,omitempty"`
+	// Uncached (KindWatermark): the apiserver serves the resource without
+	// a watch cache (front.Source.UpstreamUncached).
+	Uncached bool `json:"u,omitempty"`
+	// Error (KindError).
+	Error *Error `json:"e,omitempty"`
+}
+
+// Error carries a shard's error to the front as the error value the front
+// would have got in-process.
+type Error struct {
+	// Expired / TooLarge are the store's errors; otherwise Status.
+	Expired  *store.ExpiredError `json:"expired,omitempty"`
+	TooLarge *TooLarge           `json:"tooLarge,omitempty"`
+	Status   *metav1.Status      `json:"status,omitempty"`
+}
+
+// TooLarge is store.TooLargeResourceVersionError without its context error.
+type TooLarge struct {
+	RV      uint64 `json:"rv"`
+	Current uint64 `json:"current"`
+}
+
+// NewError wraps err for the wire.
+func NewError(err error) *Error {
+	var expired *store.ExpiredError
+	var tooLarge *store.TooLargeResourceVersionError
+	var status interface{ Status() metav1.Status }
+	switch {
+	case errors.As(err, &expired):
+		return &Error{Expired: expired}
+	case errors.As(err, &tooLarge):
+		return &Error{TooLarge: &TooLarge{RV: tooLarge.RV, Current: tooLarge.Current}}
+	case errors.As(err, &status):
+		st := status.Status()
+		return &Error{Status: &st}
+	}
+	return &Error{Status: &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusInternalServerError, Reason: metav1.StatusReasonInternalError, Message: err.Error()}}
+}
+
+// Err is the error value the record carries.
+func (e *Error) Err() error {
+	switch {
+	case e.Expired != nil:
+		return e.Expired
+	case e.TooLarge != nil:
+		return &store.TooLargeResourceVersionError{RV: e.TooLarge.RV, Current: e.TooLarge.Current}
+	case e.Status != nil:
+		return &statusError{*e.Status}
+	}
+	return errors.New("shard sent an empty error")
+}
+
+// statusError is an API status from a shard (apierrors.APIStatus).
+type statusError struct{ st metav1.Status }
+
+func (e *statusError) Error() string         { return e.st.Message }
+func (e *statusError) Status() metav1.Status { return e.st }
+
+// Record is one decoded record.
+type Record struct {
+	Kind   Kind
+	Header Header
+	// Object is the list item or the event's object; Prev the event's
+	// previous state (nil if none).
+	Object, Prev *store.Object
+}
+
+// MetaOf is o's Meta.
+func MetaOf(o *store.Object) *Meta {
+	return &Meta{Key: o.Key, Namespace: o.Namespace, Name: o.Name, RV: o.RV, Labels: o.Labels, Fields: o.Fields}
+}
+
+func (m *Meta) object(raw []byte) *store.Object {
+	return &store.Object{Key: m.Key, Namespace: m.Namespace, Name: m.Name, RV: m.RV, Labels: m.Labels, Fields: m.Fields, Raw: raw}
+}
+
+// Writer encodes records.
+type Writer struct {
+	w   *bufio.Writer
+	buf []byte
+}
+
+// NewWriter writes records to w (buffered; call Flush).
+func NewWriter(w io.Writer) *Writer { return &Writer{w: bufio.NewWriterSize(w, 64<<10)} }
+
+// Object writes a list item.
+func (w *Writer) Object(o *store.Object) error {
+	return w.write(KindObject, Header{Object: MetaOf(o)}, o.Raw, nil, false)
+}
+
+// Event writes a change; prev may be nil.
+func (w *Writer) Event(typ string, rv uint64, o, prev *store.Object) error {
+	h := Header{Type: typ, RV: rv, Object: MetaOf(o)}
+	var prevRaw []byte
+	if prev != nil {
+		h.Prev = MetaOf(prev)
+		prevRaw = prev.Raw
+	}
+	return w.write(KindEvent, h, o.Raw, prevRaw, true)
+}
+
+// End writes a list's end.
+func (w *Writer) End(h Header) error { return w.write(KindEnd, h, nil, nil, false) }
+
+// Watermark writes progress.
+func (w *Writer) Watermark(rv uint64, uncached bool) error {
+	return w.write(KindWatermark, Header{RV: rv, Uncached: uncached}, nil, nil, false)
+}
+
+// Error writes an error record.
+func (w *Writer) Error(err error) error {
+	return w.write(KindError, Header{Error: NewError(err)}, nil, nil, false)
+}
+
+// Flush sends what is buffered.
+func (w *Writer) Flush() error { return w.w.Flush() }
+
+func (w *Writer) write(k Kind, h Header, raw, prev []byte, event bool) error {
+	hdr, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	w.buf = append(w.buf[:0], byte(k))
+	w.buf = binary.AppendUvarint(w.buf, uint64(len(hdr)))
+	w.buf = append(w.buf, hdr...)
+	w.buf = binary.AppendUvarint(w.buf, uint64(len(raw)))
+	if _, err := w.w.Write(w.buf); err != nil {
+		return err
+	}
+	if _, err := w.w.Write(raw); err != nil {
+		return err
+	}
+	if event {
+		w.buf = binary.AppendUvarint(w.buf[:0], uint64(len(prev)))
+		if _, err := w.w.Write(w.buf); err != nil {
+			return err
+		}
+		if _, err := w.w.Write(prev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Reader decodes records.
+type Reader struct{ r *bufio.Reader }
+
+// NewReader reads records from r.
+func NewReader(r io.Reader) *Reader { return &Reader{r: bufio.NewReaderSize(r, 64<<10)} }
+
+// Next returns the next record; io.EOF at a clean end of stream, another
+// error for a truncated or malformed one.
+func (r *Reader) Next() (Record, error) {
+	kind, err := r.r.ReadByte()
+	if err != nil {
+		return Record{}, err // io.EOF between records is a clean end
+	}
+	rec := Record{Kind: Kind(kind)}
+	switch rec.Kind {
+	case KindObject, KindEnd, KindEvent, KindWatermark, KindError:
+	default:
+		return Record{}, fmt.Errorf("shardwire: unknown record kind %q", kind)
+	}
+	hdr, err := r.chunk(maxHeader)
+	if err != nil {
+		return Record{}, err
+	}
+	if err := json.Unmarshal(hdr, &rec.Header); err != nil {
+		return Record{}, fmt.Errorf("shardwire: record header: %w", err)
+	}
+	raw, err := r.chunk(maxRaw)
+	if err != nil {
+		return Record{}, err
+	}
+	switch rec.Kind {
+	case KindObject:
+		if rec.Header.Object == nil {
+			return Record{}, errors.New("shardwire: object record without metadata")
+		}
+		rec.Object = rec.Header.Object.object(raw)
+	case KindEvent:
+		if rec.Header.Object == nil {
+			return Record{}, errors.New("shardwire: event record without metadata")
+		}
+		rec.Object = rec.Header.Object.object(raw)
+		prev, err := r.chunk(maxRaw)
+		if err != nil {
+			return Record{}, err
+		}
+		if rec.Header.Prev != nil {
+			rec.Prev = rec.Header.Prev.object(prev)
+		}
+	case KindError:
+		if rec.Header.Error == nil {
+			return Record{}, errors.New("shardwire: error record without error")
+		}
+	}
+	return rec, nil
+}
+
+func (r *Reader) chunk(limit uint64) ([]byte, error) {
+	n, err := binary.ReadUvarint(r.r)
+	if err != nil {
+		return nil, truncated(err)
+	}
+	if n > limit {
+		return nil, fmt.Errorf("shardwire: record part of %d bytes exceeds the limit of %d", n, limit)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r.r, b); err != nil {
+		return nil, truncated(err)
+	}
+	return b, nil
+}
+
+func truncated(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
