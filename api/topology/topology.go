@@ -50,7 +50,15 @@ func (t *Topology) Validate() error {
 		return fmt.Errorf("hashShards must be at least 1, got %d", t.HashShards)
 	}
 	owner := make([]string, t.HashShards)
+	names := map[string]bool{}
 	for _, s := range t.Shards {
+		if s.Name == "" {
+			return fmt.Errorf("a shard has no name")
+		}
+		if names[s.Name] {
+			return fmt.Errorf("shard name %s is used twice", s.Name)
+		}
+		names[s.Name] = true
 		if s.FirstHashShard < 0 || s.LastHashShard >= t.HashShards || s.FirstHashShard > s.LastHashShard {
 			return fmt.Errorf("shard %s: hash shards %d-%d outside 0-%d", s.Name, s.FirstHashShard, s.LastHashShard, t.HashShards-1)
 		}

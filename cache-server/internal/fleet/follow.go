@@ -168,10 +168,11 @@ func dropThrough(evs []store.Event, rv uint64) []store.Event {
 func (s *Source) advance(i int, rv uint64, ev *store.Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if rv <= s.wm[i] && ev != nil {
-		return // before this stream's start
-	}
-	if ev != nil {
+	// An event at or below the stream's watermark predates its start; one
+	// at or below the hub's RV predates the hub's start or last reset (a
+	// stream that started lower than the others, or a shard that restarted):
+	// the hub already claims everything up to there, so it is dropped.
+	if ev != nil && rv > s.wm[i] && (!s.started || rv > s.hub.LastRV()) {
 		s.queues[i] = append(s.queues[i], *ev)
 	}
 	s.wm[i] = max(s.wm[i], rv)

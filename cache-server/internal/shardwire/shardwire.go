@@ -12,6 +12,7 @@ package shardwire
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -298,11 +299,14 @@ func (r *Reader) chunk(limit uint64) ([]byte, error) {
 	if n > limit {
 		return nil, fmt.Errorf("shardwire: record part of %d bytes exceeds the limit of %d", n, limit)
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r.r, b); err != nil {
+	// Grow with what actually arrives rather than trusting the prefix: a
+	// truncated or hostile stream must not make us allocate its claim.
+	var buf bytes.Buffer
+	buf.Grow(int(min(n, 64<<10)))
+	if _, err := io.CopyN(&buf, r.r, int64(n)); err != nil {
 		return nil, truncated(err)
 	}
-	return b, nil
+	return buf.Bytes(), nil
 }
 
 func truncated(err error) error {

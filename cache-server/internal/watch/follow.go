@@ -58,6 +58,9 @@ func (w *Watcher) Follow(stop <-chan struct{}, out []Event) ([]Event, uint64, er
 		select {
 		case <-notify:
 		case <-w.done:
+			if !w.terminated.Load() {
+				return out, 0, nil // stopped by its owner
+			}
 		case <-stop:
 			return out, 0, nil
 		}

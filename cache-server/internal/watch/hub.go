@@ -576,6 +576,9 @@ func (w *Watcher) Next(stop <-chan struct{}, out []Out) ([]Out, error) {
 		case <-notify:
 		case <-timerC:
 		case <-w.done:
+			// Terminated: reported at the top of the loop. Stopped by
+			// its owner: nothing more will come.
+			stopped = !w.terminated.Load()
 		case <-stop:
 			stopped = true
 		}
