@@ -1,9 +1,12 @@
 // Command cache-server is cachetier's data plane. Roles:
 //
-//	cache-server standalone --profile profile.yaml --kubeconfig kubeconfig
+//	cache-server standalone --profile profile.yaml [--kubeconfig kubeconfig]
+//	cache-server shard --profile profile.yaml --hash-shards FIRST-LAST ...
+//	cache-server front --profile profile.yaml --topology topology.yaml ...
 //
-// runs the front and every hash shard in one process (shard and front roles
-// for a distributed fleet come later).
+// standalone runs the front and every hash shard in one process; shard and
+// front are a fleet's two kinds of pods (docs/operator.md has the contract
+// with the operator that runs them).
 package main
 
 import (
@@ -15,14 +18,22 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/cachetier/cachetier/api/topology"
+	"github.com/cachetier/cachetier/api/v1alpha1"
 	"github.com/cachetier/cachetier/cache-server/internal/encoding"
+	"github.com/cachetier/cachetier/cache-server/internal/fleet"
+	"github.com/cachetier/cachetier/cache-server/internal/frontrole"
 	"github.com/cachetier/cachetier/cache-server/internal/servingcert"
+	"github.com/cachetier/cachetier/cache-server/internal/shardrole"
 	"github.com/cachetier/cachetier/cache-server/internal/standalone"
 )
 
@@ -36,67 +47,192 @@ import (
 // paginated LIST CPU and latency unchanged.
 const defaultGCPercent = 25
 
+const usage = `usage:
+  cache-server standalone --profile FILE [--kubeconfig FILE] [--listen ADDR] [--tls-cert-file F --tls-private-key-file F]
+  cache-server shard --profile FILE --hash-shards FIRST-LAST --tls-cert-file F --tls-private-key-file F [--listen ADDR] [--metrics-listen ADDR]
+  cache-server front --profile FILE --topology FILE --shard-ca-file F --tls-cert-file F --tls-private-key-file F [--listen ADDR] [--metrics-listen ADDR]`
+
 func main() {
-	if len(os.Args) < 2 || os.Args[1] != "standalone" {
-		fmt.Fprintln(os.Stderr, "usage: cache-server standalone --profile FILE [--kubeconfig FILE] [--listen ADDR] [--tls-cert-file F --tls-private-key-file F]")
+	roles := map[string]func([]string) error{"standalone": runStandalone, "shard": runShard, "front": runFront}
+	if len(os.Args) < 2 || roles[os.Args[1]] == nil {
+		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
 	}
-	if err := runStandalone(os.Args[2:]); err != nil {
+	if err := roles[os.Args[1]](os.Args[2:]); err != nil {
 		fmt.Fprintln(os.Stderr, "cache-server:", err)
 		os.Exit(1)
 	}
 }
 
-func runStandalone(args []string) error {
-	fs := flag.NewFlagSet("standalone", flag.ExitOnError)
-	profilePath := fs.String("profile", "", "CacheProfile manifest (YAML) naming the resources to cache")
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the apiserver to cache (default: in-cluster)")
-	listen := fs.String("listen", "127.0.0.1:8443", "HTTPS address to serve on")
-	certFile := fs.String("tls-cert-file", "", "serving certificate (default: a self-signed one written to --cert-dir)")
-	keyFile := fs.String("tls-private-key-file", "", "serving key")
-	certDir := fs.String("cert-dir", "", "where a generated self-signed certificate and its CA are written")
-	hosts := fs.String("tls-hosts", "localhost,127.0.0.1", "comma-separated DNS names/IPs for a generated certificate")
-	verbosity := fs.Int("v", 0, "log verbosity")
-	protobufCache := fs.Int64("protobuf-cache-bytes", encoding.DefaultCacheBytes, "memory for protobuf encodings of cached objects, kept for protobuf clients (client-go's typed informers); a miss converts the stored JSON again; 0 = the default")
-	profiling := fs.Bool("profiling", true, "serve Go's profiles under /debug/pprof/ (authorized like any non-resource path, as kube-apiserver's --profiling)")
-	_ = fs.Parse(args)
-	if *profilePath == "" {
+// common are the flags every role has.
+type common struct {
+	fs                        *flag.FlagSet
+	profilePath, kubeconfig   *string
+	listen, certFile, keyFile *string
+	metricsListen             *string
+	verbosity                 *int
+	profiling                 *bool
+	profile                   *v1alpha1.CacheProfile
+	upstream                  *rest.Config
+	log                       logr.Logger
+	getCertificate            func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	listener, metricsListener net.Listener
+}
+
+func newCommon(role, defaultListen string) *common {
+	fs := flag.NewFlagSet(role, flag.ExitOnError)
+	return &common{
+		fs:            fs,
+		profilePath:   fs.String("profile", "", "CacheProfile manifest (YAML) naming the resources to cache"),
+		kubeconfig:    fs.String("kubeconfig", "", "kubeconfig of the apiserver to cache (default: in-cluster)"),
+		listen:        fs.String("listen", defaultListen, "HTTPS address to serve on"),
+		certFile:      fs.String("tls-cert-file", "", "serving certificate (re-read when it changes)"),
+		keyFile:       fs.String("tls-private-key-file", "", "serving key"),
+		metricsListen: fs.String("metrics-listen", "", "plain-HTTP address for /metrics, /readyz and /livez (probes, scraping); empty: none"),
+		verbosity:     fs.Int("v", 0, "log verbosity"),
+		profiling:     fs.Bool("profiling", true, "serve Go's profiles under /debug/pprof/ (authorized like any non-resource path, as kube-apiserver's --profiling)"),
+	}
+}
+
+// setUp parses the flags and loads what every role needs. requireCert:
+// the role has no self-signed fallback.
+func (c *common) setUp(args []string, requireCert bool) error {
+	_ = c.fs.Parse(args)
+	if *c.profilePath == "" {
 		return fmt.Errorf("--profile is required")
 	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(defaultGCPercent)
 	}
-	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: *verbosity})
-
-	profile, err := standalone.LoadProfile(*profilePath)
-	if err != nil {
+	c.log = logr.Logger(funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: *c.verbosity}))
+	var err error
+	if c.profile, err = standalone.LoadProfile(*c.profilePath); err != nil {
 		return err
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	upstream, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
+	rules.ExplicitPath = *c.kubeconfig
+	if c.upstream, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig(); err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
-	var cert tls.Certificate
-	if *certFile != "" {
-		if cert, err = tls.LoadX509KeyPair(*certFile, *keyFile); err != nil {
+	if *c.certFile != "" {
+		files, err := servingcert.LoadFiles(*c.certFile, *c.keyFile)
+		if err != nil {
 			return err
 		}
-	} else {
+		c.getCertificate = files.GetCertificate
+	} else if requireCert {
+		return fmt.Errorf("--tls-cert-file and --tls-private-key-file are required")
+	}
+	if c.listener, err = net.Listen("tcp", *c.listen); err != nil {
+		return err
+	}
+	if *c.metricsListen != "" {
+		if c.metricsListener, err = net.Listen("tcp", *c.metricsListen); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func runStandalone(args []string) error {
+	c := newCommon("standalone", "127.0.0.1:8443")
+	certDir := c.fs.String("cert-dir", "", "where a generated self-signed certificate and its CA are written")
+	hosts := c.fs.String("tls-hosts", "localhost,127.0.0.1", "comma-separated DNS names/IPs for a generated certificate")
+	protobufCache := c.fs.Int64("protobuf-cache-bytes", encoding.DefaultCacheBytes, "memory for protobuf encodings of cached objects, kept for protobuf clients (client-go's typed informers); a miss converts the stored JSON again; 0 = the default")
+	for _, a := range args {
+		if strings.HasPrefix(strings.TrimLeft(a, "-"), "metrics-listen") {
+			return fmt.Errorf("--metrics-listen is for the shard and front roles; standalone serves /metrics and its probes on its API port")
+		}
+	}
+	if err := c.setUp(args, false); err != nil {
+		return err
+	}
+	var cert tls.Certificate
+	if c.getCertificate == nil {
+		var err error
 		if cert, err = servingcert.SelfSigned(*certDir, *hosts); err != nil {
 			return err
 		}
 	}
-	ln, err := net.Listen("tcp", *listen)
+	ctx, stop := signalContext()
+	defer stop()
+	return standalone.Run(ctx, standalone.Config{
+		ProfileName: c.profile.Name, Spec: c.profile.Spec, Upstream: c.upstream,
+		Listener: c.listener, Certificate: cert, GetCertificate: c.getCertificate, Log: c.log, Profiling: *c.profiling,
+		ProtobufCacheBytes: *protobufCache,
+	})
+}
+
+func runShard(args []string) error {
+	c := newCommon("shard", "0.0.0.0:8444")
+	name := c.fs.String("shard-name", "", "this shard's name (logs)")
+	hashShards := c.fs.String("hash-shards", "", "the hash shards this shard keeps: FIRST-LAST (inclusive) of the profile's hashShards")
+	if err := c.setUp(args, true); err != nil {
+		return err
+	}
+	first, last, err := parseRange(*hashShards)
+	if err != nil {
+		return fmt.Errorf("--hash-shards: %w", err)
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	return shardrole.Run(ctx, shardrole.Config{
+		Name: *name, Spec: c.profile.Spec, First: first, Last: last, Upstream: c.upstream,
+		Listener: c.listener, GetCertificate: c.getCertificate, ProbeListener: c.metricsListener,
+		Profiling: *c.profiling, Log: c.log.WithValues("shard", *name),
+	})
+}
+
+func runFront(args []string) error {
+	c := newCommon("front", "0.0.0.0:8443")
+	topoPath := c.fs.String("topology", "", "the fleet's topology (YAML): hash shard ranges and shard endpoints")
+	shardCA := c.fs.String("shard-ca-file", "", "CA that signed the shards' serving certificates")
+	apiGroup := c.fs.String("api-group", "", "the profile's aggregated API group (<profile>.cache.cachetier.io); checked against the profile")
+	protobufCache := c.fs.Int64("protobuf-cache-bytes", encoding.DefaultCacheBytes, "memory for protobuf encodings of objects, kept for protobuf clients; 0 = the default")
+	if err := c.setUp(args, true); err != nil {
+		return err
+	}
+	if *topoPath == "" || *shardCA == "" {
+		return fmt.Errorf("--topology and --shard-ca-file are required")
+	}
+	if want := c.profile.Name + ".cache.cachetier.io"; *apiGroup != "" && *apiGroup != want {
+		return fmt.Errorf("--api-group %s does not match profile %s (%s)", *apiGroup, c.profile.Name, want)
+	}
+	topo, err := topology.Load(*topoPath)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// Shards authorize the front like any caller: it presents the
+	// credentials it uses for the apiserver (in a pod, its ServiceAccount
+	// token), over TLS verified against the shards' CA bundle.
+	shardClient, err := fleet.NewHTTPClient(c.upstream, *shardCA)
+	if err != nil {
+		return fmt.Errorf("shard client: %w", err)
+	}
+	ctx, stop := signalContext()
 	defer stop()
-	return standalone.Run(ctx, standalone.Config{
-		ProfileName: profile.Name, Spec: profile.Spec, Upstream: upstream,
-		Listener: ln, Certificate: cert, Log: logr.Logger(log), Profiling: *profiling,
-		ProtobufCacheBytes: *protobufCache,
+	return frontrole.Run(ctx, frontrole.Config{
+		ProfileName: c.profile.Name, Spec: c.profile.Spec, Topology: topo, Upstream: c.upstream,
+		ShardClient: shardClient, Listener: c.listener, GetCertificate: c.getCertificate,
+		ProbeListener: c.metricsListener, Profiling: *c.profiling, ProtobufCacheBytes: *protobufCache,
+		Log: c.log.WithValues("role", "front"),
 	})
+}
+
+// parseRange parses FIRST-LAST.
+func parseRange(s string) (int, int, error) {
+	a, b, ok := strings.Cut(s, "-")
+	if !ok {
+		return 0, 0, fmt.Errorf("want FIRST-LAST, got %q", s)
+	}
+	first, err1 := strconv.Atoi(a)
+	last, err2 := strconv.Atoi(b)
+	if err1 != nil || err2 != nil || first < 0 || last < first {
+		return 0, 0, fmt.Errorf("want FIRST-LAST with 0 <= FIRST <= LAST, got %q", s)
+	}
+	return first, last, nil
 }

@@ -170,7 +170,7 @@ func newBenchTierFields(tb testing.TB, objs [][]byte, withFields, withHub bool) 
 				Fields:      fr,
 			},
 			Source: LocalSource{Ingester: ing},
-			Hub:      hub,
+			Hub:    hub,
 		}},
 		Metrics: m, Log: logr.Discard(),
 	})

@@ -41,6 +41,8 @@ type Config struct {
 	ShardClient *http.Client
 	Listener    net.Listener
 	Certificate tls.Certificate
+	// GetCertificate, when set, replaces Certificate (serving.Config).
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	// ProbeListener, when set, serves /metrics, /readyz, /livez over HTTP.
 	ProbeListener      net.Listener
 	Registry           *prometheus.Registry
@@ -104,7 +106,7 @@ func Run(ctx context.Context, cfg Config) error {
 		})
 	}
 	return serving.Run(ctx, serving.Config{
-		Listener: cfg.Listener, Certificate: cfg.Certificate, Client: kc, PathPrefix: prefix,
+		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: kc, PathPrefix: prefix,
 		API: api, Registry: reg, Metrics: m, Profiling: cfg.Profiling, Log: cfg.Log,
 		BeforeShutdown: func() {
 			for _, s := range sources {

@@ -26,6 +26,9 @@ import (
 type Config struct {
 	Listener    net.Listener
 	Certificate tls.Certificate
+	// GetCertificate, when set, is used instead of Certificate (files
+	// re-read on rotation, servingcert.Files).
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	// Client is the apiserver that authenticates and authorizes callers.
 	Client kubernetes.Interface
 	// PathPrefix is stripped before authorization (auth.Options).
@@ -66,9 +69,14 @@ func Run(ctx context.Context, cfg Config) error {
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cfg.Certificate}, ClientAuth: clientAuth, MinVersion: tls.VersionTLS12},
+		TLSConfig:         &tls.Config{ClientAuth: clientAuth, MinVersion: tls.VersionTLS12},
 		// Per-connection authentication cache (auth.Wrap's authenticator).
 		ConnContext: auth.ConnContext,
+	}
+	if cfg.GetCertificate != nil {
+		srv.TLSConfig.GetCertificate = cfg.GetCertificate
+	} else {
+		srv.TLSConfig.Certificates = []tls.Certificate{cfg.Certificate}
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(cfg.Listener, "", "") }()

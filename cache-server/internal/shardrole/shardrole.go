@@ -33,6 +33,8 @@ type Config struct {
 	Upstream    *rest.Config
 	Listener    net.Listener
 	Certificate tls.Certificate
+	// GetCertificate, when set, replaces Certificate (serving.Config).
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	// ProbeListener, when set, serves /metrics, /readyz, /livez over HTTP.
 	ProbeListener net.Listener
 	Registry      *prometheus.Registry
@@ -78,7 +80,7 @@ func Run(ctx context.Context, cfg Config) error {
 		go serving.Probes(ctx, cfg.ProbeListener, reg, ready)
 	}
 	return serving.Run(ctx, serving.Config{
-		Listener: cfg.Listener, Certificate: cfg.Certificate, Client: ingested.Client,
+		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: ingested.Client,
 		API: shardserver.New(ingested.Resources, m, cfg.Log), Registry: reg, Metrics: m,
 		Profiling: cfg.Profiling, Log: cfg.Log,
 		BeforeShutdown: func() {

@@ -76,6 +76,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			err = serve(r.Context(), out, res, r)
 		}
 	}
+	label := "unknown" // not the caller's string: bounded label values
+	if ok {
+		label = res.Entry.Resource.String() // as every other metric names it
+	}
 	outcome := "ok"
 	if err != nil && r.Context().Err() == nil {
 		outcome = "error"
@@ -83,8 +87,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.log.V(1).Info("shard request failed", "verb", verb, "resource", id, "query", r.URL.RawQuery, "err", err.Error())
 	}
 	_ = out.Flush()
-	s.metrics.ShardRequests.WithLabelValues(verb, id, outcome).Inc()
-	s.metrics.ShardRequestDuration.WithLabelValues(verb, id).Observe(time.Since(start).Seconds())
+	s.metrics.ShardRequests.WithLabelValues(verb, label, outcome).Inc()
+	s.metrics.ShardRequestDuration.WithLabelValues(verb, label).Observe(time.Since(start).Seconds())
 }
 
 // synced waits for the resource's initial load, as the front's readiness

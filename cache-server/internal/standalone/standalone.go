@@ -40,7 +40,9 @@ type Config struct {
 	// Listener serves HTTPS; Certificate is its serving certificate.
 	Listener    net.Listener
 	Certificate tls.Certificate
-	Log         logr.Logger
+	// GetCertificate, when set, replaces Certificate (serving.Config).
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	Log            logr.Logger
 	// Registry receives the tier's metrics (a new one when nil).
 	Registry *prometheus.Registry
 	// Profiling serves net/http/pprof under /debug/pprof/. It sits behind
@@ -131,7 +133,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes,
 	})
 	return serving.Run(ctx, serving.Config{
-		Listener: cfg.Listener, Certificate: cfg.Certificate, Client: kc, PathPrefix: prefix,
+		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: kc, PathPrefix: prefix,
 		API: api, Registry: reg, Metrics: m, Profiling: cfg.Profiling, Log: cfg.Log,
 		BeforeShutdown: func() {
 			for _, r := range resources {

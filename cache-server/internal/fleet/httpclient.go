@@ -1,0 +1,133 @@
+package fleet
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// NewHTTPClient returns the client a front reaches its shards with: the
+// credentials of cfg (a pod's ServiceAccount token, re-read as client-go
+// does; or a client certificate) over TLS verified against the CA bundle in
+// caFile. The bundle is re-read when the file changes: the operator rotates
+// the fleet's CA by publishing old and new CA together before shards serve
+// certificates of the new one, and a front that kept the old bundle would
+// lose its shards until restarted.
+func NewHTTPClient(cfg *rest.Config, caFile string) (*http.Client, error) {
+	return newHTTPClient(cfg, caFile, 10*time.Second)
+}
+
+func newHTTPClient(cfg *rest.Config, caFile string, recheck time.Duration) (*http.Client, error) {
+	roots := &caFileRoots{path: caFile, every: recheck}
+	if _, err := roots.pool(); err != nil {
+		return nil, err
+	}
+	tlsCfg := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// Verification is done in VerifyConnection, against the bundle
+		// as it is on disk now (tls.Config.RootCAs cannot change).
+		InsecureSkipVerify: true, //nolint:gosec // verified below
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			pool, err := roots.pool()
+			if err != nil {
+				return err
+			}
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("shard presented no certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			_, err = cs.PeerCertificates[0].Verify(x509.VerifyOptions{
+				DNSName: cs.ServerName, Roots: pool, Intermediates: inter,
+				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			})
+			return err
+		},
+	}
+	if len(cfg.CertData) > 0 || cfg.CertFile != "" {
+		certData, keyData := cfg.CertData, cfg.KeyData
+		var err error
+		if cfg.CertFile != "" {
+			if certData, err = os.ReadFile(cfg.CertFile); err != nil {
+				return nil, err
+			}
+			if keyData, err = os.ReadFile(cfg.KeyFile); err != nil {
+				return nil, err
+			}
+		}
+		pair, err := tls.X509KeyPair(certData, keyData)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		tlsCfg.Certificates = []tls.Certificate{pair}
+	}
+	transport := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		TLSClientConfig:     tlsCfg,
+		ForceAttemptHTTP2:   true,
+		MaxIdleConnsPerHost: 32,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: 10 * time.Second,
+	}
+	// Bearer token (file), impersonation, user agent: client-go's own
+	// wrappers, so a rotated ServiceAccount token is picked up as it is
+	// for the apiserver.
+	rt, err := rest.HTTPWrappersForConfig(cfg, transport)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: rt}, nil
+}
+
+// caFileRoots is a CA bundle file, re-read at most every `every` when its
+// modification time changed.
+type caFileRoots struct {
+	path  string
+	every time.Duration
+
+	mu      sync.Mutex
+	checked time.Time
+	modTime time.Time
+	current *x509.CertPool
+}
+
+func (r *caFileRoots) pool() (*x509.CertPool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.current != nil && time.Since(r.checked) < r.every {
+		return r.current, nil
+	}
+	r.checked = time.Now()
+	st, err := os.Stat(r.path)
+	if err != nil {
+		if r.current != nil {
+			return r.current, nil // keep the last good bundle
+		}
+		return nil, err
+	}
+	if r.current != nil && st.ModTime().Equal(r.modTime) {
+		return r.current, nil
+	}
+	data, err := os.ReadFile(r.path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		if r.current != nil {
+			return r.current, nil
+		}
+		return nil, fmt.Errorf("%s holds no PEM certificate", r.path)
+	}
+	r.current, r.modTime = pool, st.ModTime()
+	return pool, nil
+}

@@ -1,0 +1,77 @@
+package fleet
+
+import (
+	"crypto/tls"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/cachetier/cachetier/internal/pki"
+)
+
+// TestHTTPClientFollowsCARotation: the client trusts exactly the bundle in
+// the CA file, re-reads it when it changes (a CA rotation publishes old and
+// new together), and sends the configured bearer token.
+func TestHTTPClientFollowsCARotation(t *testing.T) {
+	oldCA, err := pki.NewCA("old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newCA, err := pki.NewCA("new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := newCA.IssueServing("shard", nil, []net.IP{net.ParseIP("127.0.0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotAuth string
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotAuth = r.Header.Get("Authorization")
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	defer srv.Close()
+
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, oldCA.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	client, err := newHTTPClient(&rest.Config{BearerToken: "front-token"}, caFile, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := client.Get(srv.URL); err == nil {
+		resp.Body.Close()
+		t.Fatal("a shard certificate of a CA outside the bundle was accepted")
+	}
+	// Rotation: old and new CA together; a later modification time.
+	if err := os.WriteFile(caFile, append(append([]byte{}, oldCA.CertPEM...), newCA.CertPEM...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(caFile, later, later); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		t.Fatalf("after the bundle gained the new CA: %v", err)
+	}
+	resp.Body.Close()
+	if gotAuth != "Bearer front-token" {
+		t.Fatalf("Authorization %q, want the front's bearer token", gotAuth)
+	}
+	if _, err := NewHTTPClient(&rest.Config{}, filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Fatal("a missing CA file was accepted")
+	}
+}
