@@ -90,26 +90,8 @@ type Tier struct {
 // stops it first), waits until it serves /readyz, and registers it with an
 // APIService that the aggregator reports Available.
 func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*Tier, error) {
-	if opts.Namespace == "" {
-		opts.Namespace = "cachetier-system"
-	}
-	if opts.ServiceName == "" {
-		opts.ServiceName = "cachetier-" + opts.Profile
-	}
-	if opts.ServiceIPIndex == 0 {
-		opts.ServiceIPIndex = 50
-	}
-	if opts.Port == 0 {
-		opts.Port = 8443
-	}
-	t := &Tier{
-		Profile: opts.Profile, Group: opts.Profile + ".cache.cachetier.io",
-		ClusterIP: cp.ServiceIP(opts.ServiceIPIndex), Port: opts.Port,
-		ServerName: opts.ServiceName + "." + opts.Namespace + ".svc", cp: cp,
-	}
-	t.Prefix = "/apis/" + t.Group + "/v1alpha1"
-	t.AggregatedURL = cp.URL + t.Prefix
-	t.DirectURL = "https://" + net.JoinHostPort(t.ClusterIP, strconv.Itoa(t.Port))
+	opts = withDefaults(opts)
+	t := newTier(cp, opts)
 
 	dir := filepath.Join(cp.Dir, "tier-"+opts.Profile)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -152,6 +134,35 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*T
 		return nil, err
 	}
 	return t, nil
+}
+
+func withDefaults(opts Options) Options {
+	if opts.Namespace == "" {
+		opts.Namespace = "cachetier-system"
+	}
+	if opts.ServiceName == "" {
+		opts.ServiceName = "cachetier-" + opts.Profile
+	}
+	if opts.ServiceIPIndex == 0 {
+		opts.ServiceIPIndex = 50
+	}
+	if opts.Port == 0 {
+		opts.Port = 8443
+	}
+	return opts
+}
+
+// newTier computes where a tier of opts is reached.
+func newTier(cp *controlplane.ControlPlane, opts Options) *Tier {
+	t := &Tier{
+		Profile: opts.Profile, Group: opts.Profile + ".cache.cachetier.io",
+		ClusterIP: cp.ServiceIP(opts.ServiceIPIndex), Port: opts.Port,
+		ServerName: opts.ServiceName + "." + opts.Namespace + ".svc", cp: cp,
+	}
+	t.Prefix = "/apis/" + t.Group + "/v1alpha1"
+	t.AggregatedURL = cp.URL + t.Prefix
+	t.DirectURL = "https://" + net.JoinHostPort(t.ClusterIP, strconv.Itoa(t.Port))
+	return t
 }
 
 // waitReady waits for the generated CA and then for /readyz (every cached

@@ -33,7 +33,15 @@ var (
 	// is the admin kubeconfig whose server URL ends in its prefix.
 	agg           *tierproc.Tier
 	aggKubeconfig string
+	// fleet is a fleet of `cache-server shard` processes and a `cache-server
+	// front` registered with the aggregator; fleetKubeconfig its admin
+	// kubeconfig.
+	fleet           *tierproc.Fleet
+	fleetKubeconfig string
 )
+
+// fleetProfile is the profile of the fleet behind the aggregator.
+const fleetProfile = "fleet"
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -79,6 +87,21 @@ func run(m *testing.M) int {
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "kubectl e2e: tier process registered at %s in %s\n", agg.AggregatedURL, time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	fleet, err = tierproc.StartFleet(ctx, env.CP, tierproc.FleetOptions{
+		Options: tierproc.Options{Binary: binary, Profile: fleetProfile, Spec: profile(), ServiceIPIndex: 51},
+		Shards:  2,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kubectl e2e setup: fleet:", err)
+		return 1
+	}
+	fleetKubeconfig = filepath.Join(env.CP.Dir, "kubeconfig-admin-fleet")
+	if err := fleet.AggregatedKubeconfig(env.CP.AdminKubeconfig, fleetKubeconfig); err != nil {
+		fmt.Fprintln(os.Stderr, "kubectl e2e setup:", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "kubectl e2e: fleet (2 shard processes, 1 front) registered at %s in %s\n", fleet.AggregatedURL, time.Since(start).Round(time.Millisecond))
 	return m.Run()
 }
 

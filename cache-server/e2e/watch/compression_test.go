@@ -109,6 +109,10 @@ func rawWatchEncoded(t *testing.T, cfg *rest.Config, path string, q url.Values, 
 // same initial objects and the initial-events-end bookmark. Watch-lists
 // without gzip, and other watches with it, are not compressed.
 func TestWatchListCompressionMatchesAPIServer(t *testing.T) {
+	forEachTier(t, testWatchListCompressionMatchesAPIServer)
+}
+
+func testWatchListCompressionMatchesAPIServer(t *testing.T) {
 	ns := nsName(2)
 	path := "/api/v1/namespaces/" + ns + "/configmaps"
 	list, err := kc(t, env.Admin).CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})

@@ -1,4 +1,5 @@
-// Package watch tests WATCH and watch-list served by the standalone tier
+// Package watch tests WATCH and watch-list served by the tier (standalone,
+// and a fleet of shards behind a front)
 // against a real kube-apiserver: raw streams compared with the apiserver's,
 // client-go informers (typed, dynamic, metadata; WatchListClient on and
 // off), kubectl get -w, controller-runtime, and a tier restart.
@@ -20,7 +21,9 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/tiertest"
 )
 
-var env *tiertest.Env
+// env is the tier under test (see forEachTier): standalone, or the fleet
+// of two shards and a front that runs next to it on the same apiserver.
+var env, standalone, fleet *tiertest.Env
 
 const namespaces = 4
 
@@ -42,12 +45,13 @@ func TestMain(m *testing.M) {
 	}
 	e, err := tiertest.Start(context.Background(), tiertest.Options{
 		ProfileName: "watch", Spec: profile(), ServiceClusterIPRange: "127.78.0.0/24", Seed: seed,
+		FleetShards: 2,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/watch setup:", err)
 		os.Exit(1)
 	}
-	env = e
+	env, standalone, fleet = e, e, e.Fleet()
 	code := m.Run()
 	e.Stop()
 	os.Exit(code)
@@ -83,4 +87,17 @@ func seed(ctx context.Context, admin *rest.Config) error {
 		}
 	}
 	return nil
+}
+
+// forEachTier runs test against the standalone tier and against the fleet
+// (tests in this package do not run in parallel).
+func forEachTier(t *testing.T, test func(*testing.T)) {
+	defer func() { env = standalone }()
+	for _, tier := range []struct {
+		name string
+		env  *tiertest.Env
+	}{{"standalone", standalone}, {"fleet", fleet}} {
+		env = tier.env
+		t.Run(tier.name, test)
+	}
 }

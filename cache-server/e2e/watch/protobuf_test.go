@@ -34,6 +34,10 @@ func protobufClient(t *testing.T, cfg *rest.Config) *kubernetes.Clientset {
 // RV with a selector, and a watch-list) against the apiserver and the tier
 // through a scripted change sequence and compares what client-go decoded.
 func TestProtobufWatchMatchesAPIServer(t *testing.T) {
+	forEachTier(t, testProtobufWatchMatchesAPIServer)
+}
+
+func testProtobufWatchMatchesAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ns := nsName(1)

@@ -20,6 +20,10 @@ import (
 // closed once it lags too far (and counted), while a watcher that reads
 // gets every event — one slow client never stalls the others.
 func TestSlowWatcherIsClosedOthersKeepUp(t *testing.T) {
+	forEachTier(t, testSlowWatcherIsClosedOthersKeepUp)
+}
+
+func testSlowWatcherIsClosedOthersKeepUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ns := nsName(2)

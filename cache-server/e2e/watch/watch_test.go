@@ -151,7 +151,9 @@ func describe(evs []rawEvent, withBookmarks bool) []string {
 
 // TestCompareScriptedWatch sends the same watch requests to the apiserver
 // and the tier, runs a scripted change sequence, and compares the events.
-func TestCompareScriptedWatch(t *testing.T) {
+func TestCompareScriptedWatch(t *testing.T) { forEachTier(t, testCompareScriptedWatch) }
+
+func testCompareScriptedWatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	api := kc(t, env.Admin)
@@ -256,7 +258,9 @@ func bookmarks(evs []rawEvent) int {
 
 // TestWatchErrors: validation errors and the in-stream 410 compare with the
 // apiserver's.
-func TestWatchErrors(t *testing.T) {
+func TestWatchErrors(t *testing.T) { forEachTier(t, testWatchErrors) }
+
+func testWatchErrors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	path := "/api/v1/configmaps"
@@ -426,7 +430,9 @@ func waitSame(t *testing.T, ctx context.Context, stores map[string]cache.Store) 
 // TestInformers: typed, dynamic and metadata informers against the tier,
 // with the WatchListClient feature on and off, stay identical to the
 // apiserver through random changes.
-func TestInformers(t *testing.T) {
+func TestInformers(t *testing.T) { forEachTier(t, testInformers) }
+
+func testInformers(t *testing.T) {
 	for _, watchList := range []bool{true, false} {
 		t.Run(fmt.Sprintf("WatchListClient=%v", watchList), func(t *testing.T) {
 			clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, watchList)
@@ -518,7 +524,9 @@ func TestTierRestart(t *testing.T) {
 }
 
 // TestControllerRuntimeCache: a controller-runtime cache backed by the tier.
-func TestControllerRuntimeCache(t *testing.T) {
+func TestControllerRuntimeCache(t *testing.T) { forEachTier(t, testControllerRuntimeCache) }
+
+func testControllerRuntimeCache(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	scheme := runtime.NewScheme()
@@ -569,7 +577,9 @@ func TestControllerRuntimeCache(t *testing.T) {
 }
 
 // TestKubectlWatch: kubectl get -w and --output-watch-events against the tier.
-func TestKubectlWatch(t *testing.T) {
+func TestKubectlWatch(t *testing.T) { forEachTier(t, testKubectlWatch) }
+
+func testKubectlWatch(t *testing.T) {
 	ns := nsName(2)
 	for _, extra := range [][]string{nil, {"--output-watch-events"}} {
 		t.Run(strings.Join(append([]string{"get-w"}, extra...), " "), func(t *testing.T) {
@@ -631,3 +641,76 @@ func TestKubectlWatch(t *testing.T) {
 }
 
 func labelsEverything() labels.Selector { return labels.Everything() }
+
+// TestShardRestart: a fleet shard restarts mid-stream with an empty cache.
+// The front cannot resume the shard's change stream (the new shard has no
+// history before its restart), so it closes its watchers; informers
+// re-watch or relist through the front and end identical to the apiserver,
+// with every present object added exactly once more than deleted.
+func TestShardRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	restartsBefore := fleetRestarts(t)
+	f := informers.NewSharedInformerFactory(kc(t, rest.CopyConfig(fleet.TierAdmin)), 0)
+	inf := f.Core().V1().ConfigMaps().Informer()
+	var mu sync.Mutex
+	adds := map[string]int{}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) {
+			m, _ := metaOf(o)
+			mu.Lock()
+			adds[m.GetNamespace()+"/"+m.GetName()]++
+			mu.Unlock()
+		},
+		DeleteFunc: func(o any) {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			m, _ := metaOf(o)
+			mu.Lock()
+			adds[m.GetNamespace()+"/"+m.GetName()]--
+			mu.Unlock()
+		},
+	})
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("not synced")
+	}
+	churn(t, ctx, 200, "shardrestart")
+	if err := standalone.RestartShard(1); err != nil {
+		t.Fatal(err)
+	}
+	churn(t, ctx, 200, "shardrestart")
+	waitSame(t, ctx, map[string]cache.Store{"typed": inf.GetStore()})
+	want := truth(t, ctx)
+	mu.Lock()
+	for k, n := range adds {
+		_, present := want[k]
+		if (present && n != 1) || (!present && n != 0) {
+			t.Errorf("%s: adds-deletes = %d, present %v", k, n, present)
+		}
+	}
+	mu.Unlock()
+	if after := fleetRestarts(t); after <= restartsBefore {
+		t.Errorf("cachetier_fleet_stream_restarts_total{reason=\"expired\"} for configmaps did not move (%v -> %v): the front did not notice the shard's restart", restartsBefore, after)
+	}
+}
+
+// fleetRestarts is the front's count of configmap change streams that had
+// to start over because shard 1 lost its history.
+func fleetRestarts(t *testing.T) float64 {
+	t.Helper()
+	v, err := fleet.Metric(`cachetier_fleet_stream_restarts_total{reason="expired",resource="configmaps",shard="watch-shard-1"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v == "" {
+		return 0
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}

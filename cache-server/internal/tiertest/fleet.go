@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
 	"k8s.io/client-go/rest"
 
 	"github.com/cachetier/cachetier/api/topology"
+	"github.com/cachetier/cachetier/cache-server/internal/fleet"
 	"github.com/cachetier/cachetier/cache-server/internal/frontrole"
 	"github.com/cachetier/cachetier/cache-server/internal/shardrole"
 	"github.com/cachetier/cachetier/cache-server/internal/standalone"
@@ -43,6 +45,7 @@ func (e *Env) startFleet(ctx context.Context) error {
 		return err
 	}
 	errc := make(chan error, n+1)
+	e.fleetCtx = ctx
 	topo := &topology.Topology{HashShards: int32(settings.HashShards)}
 	first := 0
 	for i := range n {
@@ -61,20 +64,21 @@ func (e *Env) startFleet(ctx context.Context) error {
 			Name: name, FirstHashShard: int32(first), LastHashShard: int32(first + size - 1), Replicas: 1,
 			Endpoints: []string{ln.Addr().String()},
 		})
-		cfg := shardrole.Config{
+		sh := &fleetShard{cfg: shardrole.Config{
 			Name: name, Spec: e.opts.Spec, First: first, Last: first + size - 1,
 			Upstream: e.Admin, Listener: ln, Certificate: shardCert, Log: log.WithValues("shard", name),
-		}
-		e.fleetDone.Add(1)
-		go func() {
-			defer e.fleetDone.Done()
-			errc <- shardrole.Run(ctx, cfg)
-		}()
+		}}
+		e.shards = append(e.shards, sh)
+		e.runShard(sh, errc)
 		first += size
 	}
-	shardClientCfg := rest.CopyConfig(e.Admin)
-	shardClientCfg.CAData = shardCA.CertPEM
-	shardClient, err := rest.HTTPClientFor(shardClientCfg)
+	// The front's shard client as cache-server front builds it: the
+	// shards' CA from a file, the front's own credentials.
+	caFile := filepath.Join(e.CP.Dir, "shards-ca.crt")
+	if err := os.WriteFile(caFile, shardCA.CertPEM, 0o600); err != nil {
+		return err
+	}
+	shardClient, err := fleet.NewHTTPClient(e.Admin, caFile)
 	if err != nil {
 		return err
 	}
@@ -84,6 +88,9 @@ func (e *Env) startFleet(ctx context.Context) error {
 	}
 	e.FleetAdmin = rest.CopyConfig(e.TierAdmin)
 	e.FleetAdmin.Host = "https://" + ln.Addr().String()
+	if e.FleetKubeconfig, err = e.writeKubeconfig("kubeconfig-fleet", e.FleetAdmin.Host); err != nil {
+		return err
+	}
 	e.fleetDone.Add(1)
 	go func() {
 		defer e.fleetDone.Done()
@@ -97,4 +104,48 @@ func (e *Env) startFleet(ctx context.Context) error {
 	}
 	fmt.Fprintf(os.Stderr, "tiertest: fleet of %d shards synced in %s\n", n, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// fleetShard is one running shard of the fleet.
+type fleetShard struct {
+	cfg    shardrole.Config
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (e *Env) runShard(sh *fleetShard, errc chan<- error) {
+	ctx, cancel := context.WithCancel(e.fleetCtx)
+	sh.cancel, sh.done = cancel, make(chan struct{})
+	e.fleetDone.Add(1)
+	go func() {
+		defer e.fleetDone.Done()
+		defer close(sh.done)
+		err := shardrole.Run(ctx, sh.cfg)
+		if errc != nil {
+			errc <- err
+		}
+	}()
+}
+
+// RestartShard stops shard i of the fleet and starts a new one with an
+// empty cache on the same address, as a shard pod's restart would.
+func (e *Env) RestartShard(i int) error {
+	sh := e.shards[i]
+	addr := sh.cfg.Listener.Addr().String()
+	sh.cancel()
+	<-sh.done
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	sh.cfg.Listener = ln
+	e.runShard(sh, nil)
+	return nil
+}
+
+// Fleet is an Env whose tier is the fleet's front (Options.FleetShards):
+// TierAdmin, TierKubeconfig, TierURL and Metric address the front; the
+// control plane is shared. RestartTier is not available on it.
+func (e *Env) Fleet() *Env {
+	return &Env{CP: e.CP, Admin: e.Admin, TierAdmin: e.FleetAdmin, TierKubeconfig: e.FleetKubeconfig, TierURL: e.FleetAdmin.Host, opts: e.opts}
 }

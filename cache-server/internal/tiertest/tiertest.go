@@ -57,8 +57,10 @@ type Env struct {
 	// TierKubeconfig is a kubeconfig for kubectl against the tier.
 	TierKubeconfig string
 	TierURL        string
-	// FleetAdmin talks to the fleet's front as admin (Options.FleetShards).
-	FleetAdmin *rest.Config
+	// FleetAdmin talks to the fleet's front as admin (Options.FleetShards),
+	// FleetKubeconfig is a kubeconfig for kubectl against it.
+	FleetAdmin      *rest.Config
+	FleetKubeconfig string
 
 	opts     Options
 	listener string
@@ -66,8 +68,10 @@ type Env struct {
 	cancel   context.CancelFunc
 	done     chan error
 
+	fleetCtx    context.Context
 	fleetCancel context.CancelFunc
 	fleetDone   sync.WaitGroup
+	shards      []*fleetShard
 }
 
 // Start brings everything up; Stop tears it down.
@@ -115,13 +119,7 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	e.TierAdmin = rest.CopyConfig(e.Admin)
 	e.TierAdmin.Host = e.TierURL
 	e.TierAdmin.CAData = ca.CertPEM
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["tier"] = &clientcmdapi.Cluster{Server: e.TierURL, CertificateAuthorityData: ca.CertPEM}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: e.Admin.CertData, ClientKeyData: e.Admin.KeyData}
-	cfg.Contexts["tier"] = &clientcmdapi.Context{Cluster: "tier", AuthInfo: "admin"}
-	cfg.CurrentContext = "tier"
-	e.TierKubeconfig = filepath.Join(cp.Dir, "kubeconfig-tier")
-	if err := clientcmd.WriteToFile(*cfg, e.TierKubeconfig); err != nil {
+	if e.TierKubeconfig, err = e.writeKubeconfig("kubeconfig-tier", e.TierURL); err != nil {
 		return nil, err
 	}
 	if err := e.startTier(ctx, ln); err != nil {
@@ -134,6 +132,19 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	}
 	ok = true
 	return e, nil
+}
+
+// writeKubeconfig writes a kubeconfig for kubectl against server (the
+// tier's CA, the admin's client certificate) into the control plane's
+// directory.
+func (e *Env) writeKubeconfig(name, server string) (string, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["tier"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: e.TierAdmin.CAData}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: e.Admin.CertData, ClientKeyData: e.Admin.KeyData}
+	cfg.Contexts["tier"] = &clientcmdapi.Context{Cluster: "tier", AuthInfo: "admin"}
+	cfg.CurrentContext = "tier"
+	path := filepath.Join(e.CP.Dir, name)
+	return path, clientcmd.WriteToFile(*cfg, path)
 }
 
 func (e *Env) startTier(ctx context.Context, ln net.Listener) error {

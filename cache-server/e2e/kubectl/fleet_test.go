@@ -1,0 +1,66 @@
+package kubectl
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestFleetAggregated: the operator's fleet shape as real processes —
+// `cache-server shard` ×2 and `cache-server front` with the flags the
+// operator's pods use — registered with the real aggregator. kubectl
+// through it answers as the apiserver does, paginated and not, and the
+// probe and metrics ports answer.
+func TestFleetAggregated(t *testing.T) {
+	if !strings.HasSuffix(aggURL(t, fleetKubeconfig), "/apis/"+fleetProfile+".cache.cachetier.io/v1alpha1") {
+		t.Fatalf("fleet kubeconfig server URL does not end in the profile's prefix")
+	}
+	for _, c := range getCases {
+		t.Run(c.name, func(t *testing.T) {
+			compareJSON(t, fleetKubeconfig, c.args...)
+		})
+	}
+	t.Run("chunked", func(t *testing.T) {
+		args := []string{"get", "configmaps", "-A", "--chunk-size=50", "-o", "name"}
+		got := mustKubectl(t, fleetKubeconfig, args...)
+		if want := mustKubectl(t, env.CP.AdminKubeconfig, args...); got != want {
+			t.Fatalf("output differs from the apiserver's:\n%s\nwant:\n%s", clip(got), clip(want))
+		}
+	})
+	t.Run("writes refused", func(t *testing.T) {
+		r := kubectl(t, fleetKubeconfig, "delete", "configmap", "cm-000", "-n", "ns-0")
+		if r.err == nil || !strings.Contains(r.stderr, "cachetier serves a read-only cache") {
+			t.Fatalf("want the tier's read-only refusal through the aggregator, got %s", r)
+		}
+	})
+	t.Run("probes and metrics", func(t *testing.T) {
+		for _, u := range append([]string{fleet.FrontMetricsURL}, fleet.ShardMetricsURLs...) {
+			for _, path := range []string{"/readyz", "/livez"} {
+				if body := httpGet(t, u+path); body != "ok" {
+					t.Errorf("%s%s: %q", u, path, body)
+				}
+			}
+		}
+		front := httpGet(t, fleet.FrontMetricsURL+"/metrics")
+		for _, series := range []string{`cachetier_fleet_shard_watermark{resource="configmaps",shard="fleet-shard-0"}`, `cachetier_fleet_shard_calls_total{outcome="ok",shard="fleet-shard-1",verb="list"}`} {
+			if !strings.Contains(front, series) {
+				t.Errorf("front /metrics lacks %s", series)
+			}
+		}
+		if shard := httpGet(t, fleet.ShardMetricsURLs[0]+"/metrics"); !strings.Contains(shard, `cachetier_shard_requests_total{outcome="ok",resource="configmaps",verb="list"}`) {
+			t.Errorf("shard /metrics lacks its served list requests")
+		}
+	})
+}
+
+func httpGet(t *testing.T, u string) string {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
