@@ -40,7 +40,8 @@ type Options struct {
 }
 
 // Certificates is the TLS material of one profile: the operator's CA (kept in
-// its own Secret, never mounted) and the front's serving certificate.
+// its own Secret, never mounted) and the fleet's serving certificate, which
+// fronts and shards both serve with.
 type Certificates struct {
 	CACertPEM         []byte
 	CAKeyPEM          []byte
@@ -291,7 +292,9 @@ func BuildCASecret(p *cachev1alpha1.CacheProfile, opts Options, c Certificates) 
 	}
 }
 
-// BuildServingSecret is the front's serving certificate, mounted by the front.
+// BuildServingSecret is the fleet's serving certificate, mounted by fronts
+// and shards. ca.crt is the CA bundle (the current CA and, during a
+// rotation, the previous one): fronts verify the shards with it.
 func BuildServingSecret(p *cachev1alpha1.CacheProfile, opts Options, c Certificates) *corev1.Secret {
 	return &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
@@ -300,13 +303,16 @@ func BuildServingSecret(p *cachev1alpha1.CacheProfile, opts Options, c Certifica
 		Data: map[string][]byte{
 			corev1.TLSCertKey:       c.ServingCertPEM,
 			corev1.TLSPrivateKeyKey: c.ServingKeyPEM,
-			"ca.crt":                c.CABundle(),
+			TLSCAKey:                c.CABundle(),
 		},
 	}
 }
 
 // ServingDNSNames are the names the aggregator (which dials
-// <service>.<namespace>.svc) and in-cluster clients may use for the front.
+// <service>.<namespace>.svc) and in-cluster clients may use for the front,
+// and the wildcard covering every shard replica's stable name
+// (<pod>.<headless service>.<namespace>.svc, as in the topology), which the
+// fronts dial.
 func ServingDNSNames(p *cachev1alpha1.CacheProfile, opts Options) []string {
 	svc := frontName(p)
 	return []string{
@@ -314,7 +320,17 @@ func ServingDNSNames(p *cachev1alpha1.CacheProfile, opts Options) []string {
 		svc + "." + opts.Namespace,
 		svc + "." + opts.Namespace + ".svc",
 		svc + "." + opts.Namespace + ".svc.cluster.local",
+		"*." + shardsServiceName(p) + "." + opts.Namespace + ".svc",
 	}
+}
+
+// tlsVolume mounts the serving Secret; fronts and shards mount it alike.
+func tlsVolume(p *cachev1alpha1.CacheProfile) []corev1.Volume {
+	return []corev1.Volume{{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: servingSecretName(p)}}}}
+}
+
+func tlsVolumeMounts() []corev1.VolumeMount {
+	return []corev1.VolumeMount{{Name: "tls", MountPath: TLSMountPath, ReadOnly: true}}
 }
 
 // BuildShardsService is the headless Service giving each shard replica a
@@ -431,7 +447,11 @@ func podSpec(p *cachev1alpha1.CacheProfile, opts Options, podLabels map[string]s
 // BuildShardStatefulSet builds one shard. The pods learn their hash shards
 // from the --hash-shards flag; profileHash (of the rendered profile only, not
 // the topology) restarts them when what they ingest changes, but not when
-// only the front's view of the fleet changes.
+// only the front's view of the fleet changes. They serve HTTPS with the
+// fleet's serving certificate, which they re-read when the kubelet updates
+// the mounted Secret: a rotation must not restart them (a restarted shard
+// reloads its whole slice), so unlike the front they carry no certificate
+// hash.
 func BuildShardStatefulSet(p *cachev1alpha1.CacheProfile, opts Options, a ShardAssignment, profileHash string) *appsv1.StatefulSet {
 	p = WithDefaults(p)
 	podLabels := mergeLabels(commonLabels(p, ComponentShard), shardSelectorLabels(p, a.Index))
@@ -447,11 +467,14 @@ func BuildShardStatefulSet(p *cachev1alpha1.CacheProfile, opts Options, a ShardA
 			fmt.Sprintf("--hash-shards=%s", a.HashShardRange()),
 			fmt.Sprintf("--listen=0.0.0.0:%d", ShardPort),
 			fmt.Sprintf("--metrics-listen=0.0.0.0:%d", MetricsPort),
+			"--tls-cert-file=" + TLSMountPath + "/" + corev1.TLSCertKey,
+			"--tls-private-key-file=" + TLSMountPath + "/" + corev1.TLSPrivateKeyKey,
 		},
 		Ports: []corev1.ContainerPort{
 			{Name: "shard", ContainerPort: ShardPort, Protocol: corev1.ProtocolTCP},
 			{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP},
 		},
+		VolumeMounts: tlsVolumeMounts(),
 	}
 	m := objectMeta(p, opts.Namespace, a.Name, ComponentShard)
 	m.Labels[LabelShard] = fmt.Sprint(a.Index)
@@ -468,13 +491,15 @@ func BuildShardStatefulSet(p *cachev1alpha1.CacheProfile, opts Options, a ShardA
 			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: map[string]string{AnnotationConfigHash: profileHash}},
-				Spec:       podSpec(p, opts, shardSelectorLabels(p, a.Index), c, nil),
+				Spec:       podSpec(p, opts, shardSelectorLabels(p, a.Index), c, tlsVolume(p)),
 			},
 		},
 	}
 }
 
-// BuildFrontDeployment builds the front: the aggregated API server.
+// BuildFrontDeployment builds the front: the aggregated API server. It
+// calls the shards over TLS, verifying them with the serving Secret's CA
+// bundle (--shard-ca-file), and restarts when its certificate rotates.
 func BuildFrontDeployment(p *cachev1alpha1.CacheProfile, opts Options, configHash, certHash string) *appsv1.Deployment {
 	p = WithDefaults(p)
 	c := corev1.Container{
@@ -488,15 +513,15 @@ func BuildFrontDeployment(p *cachev1alpha1.CacheProfile, opts Options, configHas
 			fmt.Sprintf("--listen=0.0.0.0:%d", FrontPort),
 			"--tls-cert-file=" + TLSMountPath + "/" + corev1.TLSCertKey,
 			"--tls-private-key-file=" + TLSMountPath + "/" + corev1.TLSPrivateKeyKey,
+			"--shard-ca-file=" + TLSMountPath + "/" + TLSCAKey,
 			fmt.Sprintf("--metrics-listen=0.0.0.0:%d", MetricsPort),
 		},
 		Ports: []corev1.ContainerPort{
 			{Name: "https", ContainerPort: FrontPort, Protocol: corev1.ProtocolTCP},
 			{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP},
 		},
-		VolumeMounts: []corev1.VolumeMount{{Name: "tls", MountPath: TLSMountPath, ReadOnly: true}},
+		VolumeMounts: tlsVolumeMounts(),
 	}
-	tls := []corev1.Volume{{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: servingSecretName(p)}}}}
 	return &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: objectMeta(p, opts.Namespace, frontName(p), ComponentFront),
@@ -514,7 +539,7 @@ func BuildFrontDeployment(p *cachev1alpha1.CacheProfile, opts Options, configHas
 					Labels:      commonLabels(p, ComponentFront),
 					Annotations: map[string]string{AnnotationConfigHash: configHash, AnnotationCertHash: certHash},
 				},
-				Spec: podSpec(p, opts, selectorLabels(p, ComponentFront), c, tls),
+				Spec: podSpec(p, opts, selectorLabels(p, ComponentFront), c, tlsVolume(p)),
 			},
 		},
 	}
@@ -539,7 +564,10 @@ func BuildPDB(p *cachev1alpha1.CacheProfile, opts Options, name, component strin
 
 // BuildClusterRole grants exactly what the cache-server needs: read the
 // cached resources, plus the namespaces when a namespace selector has to be
-// evaluated, and delegate authentication and authorization of its clients.
+// evaluated, delegate authentication and authorization of its clients, and
+// call the shards (fronts present the fleet's ServiceAccount token; shards
+// authorize every call as get on a /shard/v1/ non-resource URL, so only this
+// ServiceAccount, or a cluster admin, reads a shard directly).
 func BuildClusterRole(p *cachev1alpha1.CacheProfile) *rbacv1.ClusterRole {
 	byGroup := map[string][]string{}
 	needNamespaces := false
@@ -566,6 +594,7 @@ func BuildClusterRole(p *cachev1alpha1.CacheProfile) *rbacv1.ClusterRole {
 	rules = append(rules,
 		rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 		rbacv1.PolicyRule{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+		rbacv1.PolicyRule{NonResourceURLs: []string{ShardNonResourceURLs}, Verbs: []string{"get"}},
 	)
 	m := objectMeta(p, "", clusterRoleName(p), ComponentAuth)
 	return &rbacv1.ClusterRole{

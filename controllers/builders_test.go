@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -122,8 +123,18 @@ func TestBuildDesiredShapes(t *testing.T) {
 		t.Errorf("shard 1 meta/spec: %s/%s replicas %d service %s", s1.Namespace, s1.Name, *s1.Spec.Replicas, s1.Spec.ServiceName)
 	}
 	c := s1.Spec.Template.Spec.Containers[0]
-	if !slices.Contains(c.Args, "--hash-shards=4-6") || c.Args[0] != "shard" || !slices.Equal(c.Command, []string{"/cache-server"}) {
-		t.Errorf("shard 1 args: %v", c.Args)
+	wantArgs := []string{
+		"shard",
+		"--profile=/etc/cachetier/config/cacheprofile.yaml",
+		"--shard-name=fleet-shard-1",
+		"--hash-shards=4-6",
+		"--listen=0.0.0.0:8444",
+		"--metrics-listen=0.0.0.0:9090",
+		"--tls-cert-file=/etc/cachetier/tls/tls.crt",
+		"--tls-private-key-file=/etc/cachetier/tls/tls.key",
+	}
+	if !slices.Equal(c.Args, wantArgs) || !slices.Equal(c.Command, []string{"/cache-server"}) {
+		t.Errorf("shard 1 args: %v\nwant %v", c.Args, wantArgs)
 	}
 	if c.Image != testOpts.DefaultImage || c.Resources.Requests.Memory().String() != "1Gi" {
 		t.Errorf("shard image/resources: %s %v", c.Image, c.Resources)
@@ -158,6 +169,24 @@ func TestBuildDesiredShapes(t *testing.T) {
 	}
 	if f.Spec.Template.Annotations[AnnotationCertHash] == "" || f.Spec.Template.Annotations[AnnotationConfigHash] == "" {
 		t.Error("front pod template must carry config and certificate hashes")
+	}
+	if !slices.Contains(f.Spec.Template.Spec.Containers[0].Args, "--shard-ca-file=/etc/cachetier/tls/ca.crt") {
+		t.Errorf("front args lack --shard-ca-file: %v", f.Spec.Template.Spec.Containers[0].Args)
+	}
+	// Shards mount the serving Secret exactly like the front, and carry no
+	// certificate hash: they re-read the files, a restart drops the cache.
+	fs, ss := f.Spec.Template.Spec, s1.Spec.Template.Spec
+	if !equality.Semantic.DeepEqual(fs.Volumes, ss.Volumes) || !equality.Semantic.DeepEqual(fs.Containers[0].VolumeMounts, ss.Containers[0].VolumeMounts) {
+		t.Errorf("shard volumes %+v / mounts %+v differ from the front's %+v / %+v", ss.Volumes, ss.Containers[0].VolumeMounts, fs.Volumes, fs.Containers[0].VolumeMounts)
+	}
+	if len(ss.Volumes) != 2 || ss.Volumes[1].Name != "tls" || ss.Volumes[1].Secret == nil || ss.Volumes[1].Secret.SecretName != "fleet-serving-cert" ||
+		!slices.ContainsFunc(ss.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool {
+			return equality.Semantic.DeepEqual(m, corev1.VolumeMount{Name: "tls", MountPath: "/etc/cachetier/tls", ReadOnly: true})
+		}) {
+		t.Errorf("shard TLS volume: %+v mounts %+v", ss.Volumes, ss.Containers[0].VolumeMounts)
+	}
+	if _, ok := s1.Spec.Template.Annotations[AnnotationCertHash]; ok || s1.Spec.Template.Annotations[AnnotationConfigHash] == "" {
+		t.Errorf("shard pod template annotations: %v", s1.Spec.Template.Annotations)
 	}
 
 	if d.ShardsService.Spec.ClusterIP != corev1.ClusterIPNone {
@@ -220,6 +249,7 @@ func TestBuildClusterRoleIsExactlyReadPlusDelegation(t *testing.T) {
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments", "replicasets"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+		{NonResourceURLs: []string{"/shard/v1/*"}, Verbs: []string{"get"}},
 	}
 	got, _ := yaml.Marshal(cr.Rules)
 	exp, _ := yaml.Marshal(want)
@@ -293,6 +323,23 @@ func TestConfigHashesScopeRestarts(t *testing.T) {
 	}
 	if bs == is || bf == ifr {
 		t.Error("changing what is ingested must restart shards and front")
+	}
+
+	// A rotated serving certificate restarts the front but leaves every
+	// shard's StatefulSet as it is (shards re-read the certificate files).
+	rotated := certs
+	rotated.ServingCertPEM, rotated.ServingKeyPEM = testCerts(t, testProfile()).ServingCertPEM, []byte("other key")
+	rd, err := BuildDesired(testProfile(), testOpts, rotated, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range base.Shards {
+		if !equality.Semantic.DeepEqual(base.Shards[i], rd.Shards[i]) {
+			t.Errorf("shard %d changes with the serving certificate", i)
+		}
+	}
+	if base.Front.Spec.Template.Annotations[AnnotationCertHash] == rd.Front.Spec.Template.Annotations[AnnotationCertHash] {
+		t.Error("a rotated serving certificate must restart the front")
 	}
 }
 

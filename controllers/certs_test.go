@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/x509"
+	"net"
 	"testing"
 	"time"
 )
@@ -32,6 +33,16 @@ func TestEnsureCertificatesLifecycle(t *testing.T) {
 		t.Fatalf("first issue: %+v %v", plan, err)
 	}
 	verifyServing(t, c1, "fleet-front.cachetier-system.svc", t0)
+	// The fronts dial shard replicas by the names in the topology.
+	for _, s := range BuildTopology(testProfile(), testOpts).Shards {
+		for _, ep := range s.Endpoints {
+			host, _, err := net.SplitHostPort(ep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			verifyServing(t, c1, host, t0)
+		}
+	}
 
 	// Unchanged inside the validity window: nothing is regenerated.
 	c2, plan, err := EnsureCertificates(rand.Reader, t0.Add(30*24*time.Hour), c1, names)
@@ -90,6 +101,33 @@ func TestEnsureCertificatesLifecycle(t *testing.T) {
 	mixed.ServingCertPEM, mixed.ServingKeyPEM = foreign.ServingCertPEM, foreign.ServingKeyPEM
 	if _, plan, err := EnsureCertificates(rand.Reader, t0, mixed, names); err != nil || plan.NewCA || !plan.NewServing {
 		t.Fatalf("serving cert of another CA kept: %+v %v", plan, err)
+	}
+}
+
+// The serving Secret is what fronts and shards mount: its ca.crt (the
+// --shard-ca-file) verifies the certificate the shards serve.
+func TestServingSecretCAVerifiesShards(t *testing.T) {
+	p := testProfile()
+	c := testCerts(t, p)
+	data := BuildServingSecret(p, testOpts, c).Data
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data[TLSCAKey]) {
+		t.Fatalf("serving secret has no CA in %s", TLSCAKey)
+	}
+	leaf, err := parseCert(data["tls.crt"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"fleet-shard-0-1.fleet-shards.cachetier-system.svc", "fleet-front.cachetier-system.svc"} {
+		if _, err := leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// The wildcard covers one label: replicas of this fleet only.
+	for _, name := range []string{"fleet-shards.cachetier-system.svc", "a.b.fleet-shards.cachetier-system.svc", "x.other-shards.cachetier-system.svc"} {
+		if _, err := leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: pool}); err == nil {
+			t.Errorf("%s verifies", name)
+		}
 	}
 }
 

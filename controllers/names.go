@@ -42,7 +42,9 @@ const (
 	// configuration they read at start changes.
 	AnnotationConfigHash = "cachetier.io/config-hash"
 	// AnnotationCertHash on the front pod template restarts the front when
-	// its serving certificate is rotated.
+	// its serving certificate is rotated. Shard pods have none: the
+	// cache-server re-reads the mounted certificate files, and a restart
+	// would drop the shard's cache.
 	AnnotationCertHash = "cachetier.io/serving-cert-hash"
 
 	// FieldOwner is the server-side apply field manager of the operator.
@@ -78,7 +80,16 @@ const (
 	TLSMountPath     = "/etc/cachetier/tls"
 	ProfileConfigKey = "cacheprofile.yaml"
 	TopologyKey      = "topology.yaml"
+	// TLSCAKey in the serving Secret (next to tls.crt and tls.key) holds
+	// the CA bundle fronts verify shards with.
+	TLSCAKey = "ca.crt"
 )
+
+// ShardNonResourceURLs is what shards authorize every call against (a
+// SubjectAccessReview for a non-resource URL, verb get); the fleet's
+// ClusterRole grants it to the fleet's ServiceAccount, which the fronts
+// present to the shards.
+const ShardNonResourceURLs = "/shard/v1/*"
 
 // Names of the children of one profile. Profile names are at most 40
 // characters (enforced by the CRD), so every derived name stays within the

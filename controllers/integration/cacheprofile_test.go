@@ -20,6 +20,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -438,6 +439,14 @@ func TestCacheProfileLifecycle(t *testing.T) {
 		if err := c.Get(ctx, key(workloadNamespace, "fleet-serving-cert"), &before); err != nil {
 			t.Fatal(err)
 		}
+		var shardBefore appsv1.StatefulSet
+		var frontBefore appsv1.Deployment
+		if err := c.Get(ctx, key(workloadNamespace, "fleet-shard-0"), &shardBefore); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Get(ctx, key(workloadNamespace, "fleet-front"), &frontBefore); err != nil {
+			t.Fatal(err)
+		}
 		h.clockSkew.Store(int64(70 * 24 * time.Hour)) // inside the renewal window
 		update(t, h, func(p *cachev1alpha1.CacheProfile) { p.Annotations["rotate"] = "now" })
 		eventually(t, 20*time.Second, "rotated", func() error {
@@ -448,9 +457,29 @@ func TestCacheProfileLifecycle(t *testing.T) {
 			if string(s.Data["tls.crt"]) == string(before.Data["tls.crt"]) {
 				return errors.New("serving certificate unchanged")
 			}
+			if err := verifiesFor(s.Data, h.reconciler.Now(), "fleet-shard-1-2.fleet-shards.cachetier-system.svc", "fleet-front.cachetier-system.svc"); err != nil {
+				return err
+			}
+			// The front rolls onto the new certificate.
+			var f appsv1.Deployment
+			if err := c.Get(ctx, key(workloadNamespace, "fleet-front"), &f); err != nil {
+				return err
+			}
+			if f.Spec.Template.Annotations[controllers.AnnotationCertHash] == frontBefore.Spec.Template.Annotations[controllers.AnnotationCertHash] {
+				return errors.New("front pod template still has the old certificate hash")
+			}
 			return hasEvent(h, "ServingCertificateRotated", "Normal")
 		})
 		h.clockSkew.Store(0)
+		// Shards pick the new certificate up from the mounted Secret; their
+		// pods are not restarted (that would drop their caches).
+		var shardAfter appsv1.StatefulSet
+		if err := c.Get(ctx, key(workloadNamespace, "fleet-shard-0"), &shardAfter); err != nil {
+			t.Fatal(err)
+		}
+		if shardAfter.Generation != shardBefore.Generation || !equality.Semantic.DeepEqual(shardAfter.Spec.Template, shardBefore.Spec.Template) {
+			t.Errorf("shard StatefulSet changed on certificate rotation: generation %d -> %d", shardBefore.Generation, shardAfter.Generation)
+		}
 	})
 
 	t.Run("servicemonitor follows the prometheus operator CRD", func(t *testing.T) {

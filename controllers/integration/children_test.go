@@ -2,10 +2,17 @@ package integration
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
 	"slices"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -34,14 +41,31 @@ func assertChildren(t *testing.T, h *harness, shards [2]appsv1.StatefulSet) {
 		}
 	}
 
-	for i, want := range []string{"--hash-shards=0-1", "--hash-shards=2-3"} {
+	for i, hashShards := range []string{"0-1", "2-3"} {
 		s := shards[i]
 		args := s.Spec.Template.Spec.Containers[0].Args
-		if !slices.Contains(args, want) || *s.Spec.Replicas != 2 || s.Spec.ServiceName != "fleet-shards" {
+		want := []string{
+			"shard",
+			"--profile=/etc/cachetier/config/cacheprofile.yaml",
+			fmt.Sprintf("--shard-name=fleet-shard-%d", i),
+			"--hash-shards=" + hashShards,
+			"--listen=0.0.0.0:8444",
+			"--metrics-listen=0.0.0.0:9090",
+			"--tls-cert-file=/etc/cachetier/tls/tls.crt",
+			"--tls-private-key-file=/etc/cachetier/tls/tls.key",
+		}
+		if !slices.Equal(args, want) || *s.Spec.Replicas != 2 || s.Spec.ServiceName != "fleet-shards" {
 			t.Errorf("shard %d: replicas %d service %s args %v", i, *s.Spec.Replicas, s.Spec.ServiceName, args)
 		}
 		if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Kind != "CacheProfile" {
 			t.Errorf("shard %d owner: %+v", i, s.OwnerReferences)
+		}
+		if err := mountsServingSecret(s.Spec.Template.Spec); err != nil {
+			t.Errorf("shard %d: %v", i, err)
+		}
+		// The cache-server re-reads the certificate: no rotation restart.
+		if _, ok := s.Spec.Template.Annotations[controllers.AnnotationCertHash]; ok || s.Spec.Template.Annotations[controllers.AnnotationConfigHash] == "" {
+			t.Errorf("shard %d pod annotations: %v", i, s.Spec.Template.Annotations)
 		}
 	}
 
@@ -58,8 +82,12 @@ func assertChildren(t *testing.T, h *harness, shards [2]appsv1.StatefulSet) {
 	var dep appsv1.Deployment
 	get(workloadNamespace, "fleet-front", &dep)
 	if *dep.Spec.Replicas != 2 || dep.Spec.Template.Spec.ServiceAccountName != "fleet-cache-server" ||
-		!slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--api-group=fleet.cache.cachetier.io") {
+		!slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--api-group=fleet.cache.cachetier.io") ||
+		!slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--shard-ca-file=/etc/cachetier/tls/ca.crt") {
 		t.Errorf("front deployment: %+v", dep.Spec)
+	}
+	if err := mountsServingSecret(dep.Spec.Template.Spec); err != nil {
+		t.Errorf("front: %v", err)
 	}
 
 	get(workloadNamespace, "fleet-cache-server", &corev1.ServiceAccount{})
@@ -78,6 +106,29 @@ func assertChildren(t *testing.T, h *harness, shards [2]appsv1.StatefulSet) {
 	if serving.Type != corev1.SecretTypeTLS || len(serving.Data["tls.crt"]) == 0 || len(ca.Data["ca.key"]) == 0 {
 		t.Error("certificate secrets incomplete")
 	}
+	// The serving certificate verifies, with the mounted ca.crt (the
+	// fronts' --shard-ca-file), for every shard endpoint of the topology
+	// and for the front Service's name.
+	var topo controllers.Topology
+	if err := yaml.UnmarshalStrict([]byte(cm.Data[controllers.TopologyKey]), &topo); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"fleet-front.cachetier-system.svc"}
+	for _, s := range topo.Shards {
+		for _, ep := range s.Endpoints {
+			host, _, err := net.SplitHostPort(ep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, host)
+		}
+	}
+	if len(names) != 5 {
+		t.Errorf("topology endpoints: %v", names)
+	}
+	if err := verifiesFor(serving.Data, time.Now(), names...); err != nil {
+		t.Error(err)
+	}
 
 	for _, name := range []string{"fleet-shard-0", "fleet-shard-1", "fleet-front"} {
 		var pdb policyv1.PodDisruptionBudget
@@ -93,10 +144,35 @@ func assertChildren(t *testing.T, h *harness, shards [2]appsv1.StatefulSet) {
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "namespaces", "pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+		{NonResourceURLs: []string{"/shard/v1/*"}, Verbs: []string{"get"}},
 	}
 	if got, want := mustYAML(t, cr.Rules), mustYAML(t, wantRules); got != want {
 		t.Errorf("cluster role rules:\n%s\nwant\n%s", got, want)
 	}
+	// The manager (impersonating its ServiceAccount) could create that rule
+	// although it does not hold it (escalate), and shards' authorization
+	// lets the fleet's ServiceAccount through and nobody else.
+	// (Polled: the apiserver's authorizer sees new RBAC objects through
+	// its informers.)
+	eventually(t, 10*time.Second, "shard API authorization", func() error {
+		for _, who := range []struct {
+			sa    string
+			allow bool
+		}{{"fleet-cache-server", true}, {operatorServiceAccount, false}, {"default", false}} {
+			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:                  "system:serviceaccount:" + workloadNamespace + ":" + who.sa,
+				Groups:                []string{"system:serviceaccounts", "system:serviceaccounts:" + workloadNamespace, "system:authenticated"},
+				NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/shard/v1/list", Verb: "get"},
+			}}
+			if err := c.Create(ctx, sar); err != nil {
+				return err
+			}
+			if sar.Status.Allowed != who.allow {
+				return fmt.Errorf("%s get /shard/v1/list: allowed=%v, want %v (%s)", who.sa, sar.Status.Allowed, who.allow, sar.Status.Reason)
+			}
+		}
+		return nil
+	})
 	var crb rbacv1.ClusterRoleBinding
 	get("", "cachetier:fleet:cache-server", &crb)
 	if crb.Subjects[0].Name != "fleet-cache-server" || crb.Subjects[0].Namespace != workloadNamespace {
@@ -123,6 +199,48 @@ func assertChildren(t *testing.T, h *harness, shards [2]appsv1.StatefulSet) {
 		!*p.Spec.Expose.APIService.Enabled || p.Spec.Expose.APIService.GroupPriorityMinimum != 1000 {
 		t.Errorf("schema defaults not applied: %+v", p.Spec)
 	}
+}
+
+// mountsServingSecret: fronts and shards mount the serving Secret alike.
+func mountsServingSecret(spec corev1.PodSpec) error {
+	var vol *corev1.Volume
+	for i := range spec.Volumes {
+		if spec.Volumes[i].Name == "tls" {
+			vol = &spec.Volumes[i]
+		}
+	}
+	if vol == nil || vol.Secret == nil || vol.Secret.SecretName != "fleet-serving-cert" {
+		return fmt.Errorf("no tls volume of the serving Secret: %+v", spec.Volumes)
+	}
+	for _, m := range spec.Containers[0].VolumeMounts {
+		if m.Name == "tls" && m.MountPath == controllers.TLSMountPath && m.ReadOnly {
+			return nil
+		}
+	}
+	return fmt.Errorf("tls volume not mounted read-only at %s: %+v", controllers.TLSMountPath, spec.Containers[0].VolumeMounts)
+}
+
+// verifiesFor checks that the serving Secret's tls.crt verifies against its
+// own ca.crt for each name at time at.
+func verifiesFor(data map[string][]byte, at time.Time, names ...string) error {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data[controllers.TLSCAKey]) {
+		return fmt.Errorf("serving Secret: no CA in %s", controllers.TLSCAKey)
+	}
+	b, _ := pem.Decode(data[corev1.TLSCertKey])
+	if b == nil {
+		return errors.New("serving Secret: tls.crt is not PEM")
+	}
+	leaf, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if _, err := leaf.Verify(x509.VerifyOptions{DNSName: n, Roots: pool, CurrentTime: at, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+			return fmt.Errorf("serving certificate for %s: %w", n, err)
+		}
+	}
+	return nil
 }
 
 func mustYAML(t *testing.T, v any) string {
