@@ -146,12 +146,19 @@ func (s *Source) snapshotRV(rv uint64) uint64 {
 	return s.hub.LastRV()
 }
 
+// readTimeout bounds a GET or a LIST page read from the shards (the
+// apiserver's default request timeout): a shard that stops answering fails
+// the request instead of holding it forever.
+const readTimeout = time.Minute
+
 // Get reads key from the shard owning it.
 func (s *Source) Get(key string, snapshotRV uint64) (*store.Object, uint64, error) {
 	topo := s.client.topo
 	i := topo.ShardOf(keyhash.Shard(key, int(topo.HashShards)))
 	rv := s.snapshotRV(snapshotRV)
-	st, err := s.client.open(context.Background(), i, shardwire.PathList, s.query("key", key, "rv", strconv.FormatUint(rv, 10)))
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	st, err := s.client.open(ctx, i, shardwire.PathList, s.query("key", key, "rv", strconv.FormatUint(rv, 10)))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -178,7 +185,9 @@ func (s *Source) Get(key string, snapshotRV uint64) (*store.Object, uint64, erro
 // holding all shards would give (store.Store.List).
 func (s *Source) List(req store.ListRequest) (store.ListResult, error) {
 	rv := s.snapshotRV(req.SnapshotRV)
-	m, err := s.openAll(req, rv)
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	m, err := s.openAll(ctx, req, rv)
 	if err != nil {
 		return store.ListResult{}, err
 	}
@@ -233,7 +242,11 @@ func (s *Source) List(req store.ListRequest) (store.ListResult, error) {
 func (s *Source) Scan(req store.ListRequest, fn func(*store.Object) bool) (uint64, error) {
 	rv := s.snapshotRV(req.SnapshotRV)
 	req.Limit = 0
-	m, err := s.openAll(req, rv)
+	// No deadline: a watch-list streams as fast as its client reads; the
+	// streams end when fn stops the scan (m.close).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, err := s.openAll(ctx, req, rv)
 	if err != nil {
 		return 0, err
 	}
@@ -253,7 +266,7 @@ func (s *Source) Scan(req store.ListRequest, fn func(*store.Object) bool) (uint6
 }
 
 // openAll opens the list on every shard.
-func (s *Source) openAll(req store.ListRequest, rv uint64) (*merger, error) {
+func (s *Source) openAll(ctx context.Context, req store.ListRequest, rv uint64) (*merger, error) {
 	q := s.query("rv", strconv.FormatUint(rv, 10), "namespace", req.Namespace, "after", req.StartKeyExclusive,
 		"labelSelector", req.Selector.Label, "fieldSelector", req.Selector.Field)
 	if req.Limit > 0 {
@@ -267,7 +280,7 @@ func (s *Source) openAll(req store.ListRequest, rv uint64) (*merger, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st, err := s.client.open(context.Background(), i, shardwire.PathList, q)
+			st, err := s.client.open(ctx, i, shardwire.PathList, q)
 			if err != nil {
 				errs[i] = err
 				return
