@@ -19,10 +19,12 @@ all: build
 ##@ Main jobs
 
 .PHONY: run
-run: controlplane ## Start a local control plane with sample data and the tier behind the aggregator; Ctrl-C stops it.
+FLEET ?= 0
+
+run: controlplane ## Start a local control plane with sample data and the tier behind the aggregator (FLEET=N: N shard processes and a front); Ctrl-C stops it.
 	go build -o $(BIN)/localcluster ./hack/localcluster
 	go build -o $(BIN)/cache-server ./cache-server
-	$(BIN)/localcluster --cache-server $(BIN)/cache-server
+	$(BIN)/localcluster --cache-server $(BIN)/cache-server --fleet $(FLEET)
 
 .PHONY: test
 test: controlplane vet ## Everything CI runs: unit, fuzz seed corpora, integration tests against a real apiserver.

@@ -71,6 +71,10 @@ type options struct {
 	// tierEnv are extra NAME=value environment variables for the tier
 	// process only (e.g. GOGC), space-separated.
 	tierEnv string
+	// fleet, when positive, runs the tier as that many `cache-server
+	// shard` processes and a `cache-server front` (LIST mode); CPU and
+	// memory are the sums over all of them.
+	fleet int
 }
 
 func main() {
@@ -88,12 +92,17 @@ func main() {
 	flag.StringVar(&o.tierEnv, "tier-env", "", "extra environment for the cache-server process only, space-separated NAME=value (e.g. GOGC=50)")
 	flag.StringVar(&o.tierFlags, "tier-flags", "", "extra cache-server standalone flags, space-separated (e.g. \"--gc-percent=50\")")
 	flag.StringVar(&o.profileDir, "profile-dir", "", "write CPU profiles of both servers under LIST load here (/debug/pprof/profile; both serve it to the admin)")
+	flag.IntVar(&o.fleet, "fleet", 0, "run the tier as a fleet of this many shard processes and a front (list mode only; CPU and RSS summed over the processes)")
 	mode := flag.String("mode", "list", "benchmark: list, watchlist, fanout, or watch (watchlist and fanout)")
 	wo := watchFlags()
 	flag.Parse()
 	switch *mode {
 	case "list":
 	case "watchlist", "fanout", "watch":
+		if o.fleet > 0 {
+			fmt.Fprintln(os.Stderr, "bench: -fleet is for -mode list")
+			os.Exit(2)
+		}
 		wo.watchList = *mode != "fanout"
 		wo.fanout = *mode != "watchlist"
 		if err := runWatch(context.Background(), o, wo); err != nil {
@@ -181,11 +190,11 @@ func run(ctx context.Context, o options) error {
 	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-empty", Labels: map[string]string{"bench": "empty"}}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	base, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, "empty", "configmaps")
+	base, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, "empty", "configmaps", o.fleet)
 	if err != nil {
 		return err
 	}
-	baseRSS := rss(base.pid)
+	baseRSS := rssAll(base.pids)
 	base.stop()
 	fmt.Fprintf(os.Stderr, "bench: empty tier RSS %.1f MiB\n", float64(baseRSS)/(1<<20))
 
@@ -202,12 +211,12 @@ func run(ctx context.Context, o options) error {
 		time.Sleep(2 * time.Second)
 		apiAfter := rss(apiPID)
 
-		t, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, d.name, "configmaps")
+		t, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, d.name, "configmaps", o.fleet)
 		if err != nil {
 			return err
 		}
 		time.Sleep(2 * time.Second)
-		tierRSS := rss(t.pid)
+		tierRSS := rssAll(t.pids)
 		if o.profileDir != "" {
 			if err := saveTierMemory(t.cfg, filepath.Join(o.profileDir, d.name+"-tier"), true); err != nil {
 				t.stop()
@@ -216,12 +225,12 @@ func run(ctx context.Context, o options) error {
 		}
 		path := "/api/v1/namespaces/" + ns + "/configmaps"
 		servers := []struct {
-			cfg *rest.Config
-			pid int
-		}{{admin, apiPID}, {t.cfg, t.pid}}
+			cfg  *rest.Config
+			pids []int
+		}{{admin, []int{apiPID}}, {t.cfg, t.pids}}
 		var res [2]measure
 		for i, s := range servers {
-			if res[i], err = measureServer(s.cfg, s.pid, path, o, d.count); err != nil {
+			if res[i], err = measureServer(s.cfg, s.pids, path, o, d.count); err != nil {
 				t.stop()
 				return err
 			}
@@ -252,15 +261,18 @@ func run(ctx context.Context, o options) error {
 }
 
 type tierProc struct {
-	cfg  *rest.Config
+	cfg *rest.Config
+	// pid is the process serving cfg (standalone, or the fleet's front);
+	// pids every process of the tier.
 	pid  int
+	pids []int
 	stop func()
 }
 
 // startTier runs `cache-server standalone` caching the given core/v1
 // resource in the namespaces labelled bench=<set>, and waits until it is
 // ready.
-func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.Config, binary, flags, env, set, resource string) (*tierProc, error) {
+func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.Config, binary, flags, env, set, resource string, shards int) (*tierProc, error) {
 	spec := v1alpha1.CacheProfileSpec{HashShards: 4, Resources: []v1alpha1.CachedResource{{
 		Version: "v1", Resource: resource,
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"bench": set}},
@@ -284,6 +296,9 @@ func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.C
 	}
 	addr := ln.Addr().String()
 	ln.Close()
+	if shards > 0 {
+		return startFleet(cp, admin, binary, flags, env, dir, profPath, addr, shards, int(spec.HashShards))
+	}
 	logf, err := os.Create(filepath.Join(dir, "tier.log"))
 	if err != nil {
 		return nil, err
@@ -327,7 +342,7 @@ func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.C
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return &tierProc{cfg: cfg, pid: cmd.Process.Pid, stop: stop}, nil
+				return &tierProc{cfg: cfg, pid: cmd.Process.Pid, pids: []int{cmd.Process.Pid}, stop: stop}, nil
 			}
 		}
 		if time.Now().After(deadline) {
@@ -394,7 +409,7 @@ type measure struct {
 	decodedP50, decodedPagedP50 float64
 }
 
-func measureServer(cfg *rest.Config, pid int, path string, o options, count int) (measure, error) {
+func measureServer(cfg *rest.Config, pids []int, path string, o options, count int) (measure, error) {
 	var m measure
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -452,12 +467,12 @@ func measureServer(cfg *rest.Config, pid int, path string, o options, count int)
 	if _, err := list("", false); err != nil {
 		return m, err
 	}
-	cpu0 := cpuTicks(pid)
+	cpu0 := cpuTicksAll(pids)
 	lat, err := full(false)
 	if err != nil {
 		return m, err
 	}
-	cpu1 := cpuTicks(pid)
+	cpu1 := cpuTicksAll(pids)
 	m.p50, m.p99 = pct(lat, 50), pct(lat, 99)
 	m.cpuPerList = float64(cpu1-cpu0) * 1000 / clkTck / float64(o.iterations)
 	paged, err := walks(false)
@@ -492,6 +507,24 @@ func cpuTicks(pid int) uint64 {
 	ut, _ := strconv.ParseUint(f[11], 10, 64)
 	st, _ := strconv.ParseUint(f[12], 10, 64)
 	return ut + st
+}
+
+// cpuTicksAll sums cpuTicks over processes.
+func cpuTicksAll(pids []int) uint64 {
+	var n uint64
+	for _, p := range pids {
+		n += cpuTicks(p)
+	}
+	return n
+}
+
+// rssAll sums rss over processes.
+func rssAll(pids []int) uint64 {
+	var n uint64
+	for _, p := range pids {
+		n += rss(p)
+	}
+	return n
 }
 
 // rss is a process's resident set size in bytes.

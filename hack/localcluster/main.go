@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,6 +38,7 @@ func run() error {
 	profileName := flag.String("profile", "demo", "CacheProfile name: the tier is served at /apis/<profile>.cache.cachetier.io/v1alpha1")
 	noTier := flag.Bool("no-tier", false, "start the control plane only (no sample data, no tier)")
 	verbosity := flag.Int("v", 0, "cache-server log verbosity")
+	fleetShards := flag.Int("fleet", 0, "run the tier as a fleet: this many `cache-server shard` processes and a `cache-server front` (0: one `cache-server standalone`)")
 	flag.Parse()
 
 	if *port == 6443 && !portFree(*port) {
@@ -118,8 +120,16 @@ Press Ctrl-C to stop; everything is torn down.
 		}
 	}
 	start = time.Now()
-	tier, err := tierproc.Start(ctx, cp, tierproc.Options{Binary: binary, Profile: *profileName, Spec: sampleProfile(), Verbosity: *verbosity})
-	if err != nil {
+	tierOpts := tierproc.Options{Binary: binary, Profile: *profileName, Spec: sampleProfile(), Verbosity: *verbosity}
+	var tier *tierproc.Tier
+	if *fleetShards > 0 {
+		fleet, err := tierproc.StartFleet(ctx, cp, tierproc.FleetOptions{Options: tierOpts, Shards: *fleetShards})
+		if err != nil {
+			return fmt.Errorf("start the fleet: %w", err)
+		}
+		tier = fleet.Tier
+		fmt.Printf("fleet: %d shard processes (metrics %s), front metrics and probes at %s\n", *fleetShards, strings.Join(fleet.ShardMetricsURLs, " "), fleet.FrontMetricsURL)
+	} else if tier, err = tierproc.Start(ctx, cp, tierOpts); err != nil {
 		return fmt.Errorf("start the tier: %w", err)
 	}
 	fmt.Printf("tier %s serving at %s, registered as APIService v1alpha1.%s (%s)\n", binary, tier.DirectURL, tier.Group, time.Since(start).Round(time.Millisecond))

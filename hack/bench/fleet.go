@@ -1,0 +1,147 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/cachetier/cachetier/api/topology"
+	"github.com/cachetier/cachetier/hack/controlplane"
+	"github.com/cachetier/cachetier/internal/pki"
+)
+
+// startFleet runs the tier as shards `cache-server shard` processes and a
+// `cache-server front` listening on addr (the flags the operator's pods
+// use), and waits until the front is ready.
+func startFleet(cp *controlplane.ControlPlane, admin *rest.Config, binary, flags, env, dir, profPath, addr string, shards, hashShards int) (*tierProc, error) {
+	ca, err := pki.NewCA("bench-fleet")
+	if err != nil {
+		return nil, err
+	}
+	kp, err := ca.IssueServing("bench-fleet", []string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")})
+	if err != nil {
+		return nil, err
+	}
+	certFile, keyFile, err := kp.WriteFiles(filepath.Join(dir, "tls"))
+	if err != nil {
+		return nil, err
+	}
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
+		return nil, err
+	}
+	var cmds []*exec.Cmd
+	var done []chan struct{}
+	stop := func() {
+		for _, c := range cmds {
+			_ = c.Process.Signal(os.Interrupt)
+		}
+		for i, c := range cmds {
+			select {
+			case <-done[i]:
+			case <-time.After(10 * time.Second):
+				_ = c.Process.Kill()
+				<-done[i]
+			}
+		}
+	}
+	start := func(name string, args ...string) error {
+		logf, err := os.Create(filepath.Join(dir, name+".log"))
+		if err != nil {
+			return err
+		}
+		cmd := exec.Command(binary, append(args, strings.Fields(flags)...)...)
+		cmd.Env = append(os.Environ(), strings.Fields(env)...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			logf.Close()
+			return err
+		}
+		ch := make(chan struct{})
+		go func() { _ = cmd.Wait(); logf.Close(); close(ch) }()
+		cmds, done = append(cmds, cmd), append(done, ch)
+		return nil
+	}
+	topo := topology.Topology{HashShards: int32(hashShards)}
+	first := 0
+	for i := range shards {
+		size := hashShards / shards
+		if i < hashShards%shards {
+			size++
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		shardAddr := ln.Addr().String()
+		ln.Close()
+		name := fmt.Sprintf("shard-%d", i)
+		topo.Shards = append(topo.Shards, topology.Shard{Name: name, FirstHashShard: int32(first), LastHashShard: int32(first + size - 1), Replicas: 1, Endpoints: []string{shardAddr}})
+		if err := start(name, "shard", "--profile", profPath, "--kubeconfig", cp.AdminKubeconfig, "--shard-name", name,
+			fmt.Sprintf("--hash-shards=%d-%d", first, first+size-1), "--listen", shardAddr,
+			"--tls-cert-file", certFile, "--tls-private-key-file", keyFile); err != nil {
+			stop()
+			return nil, err
+		}
+		first += size
+	}
+	data, err := yaml.Marshal(topo)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	topoFile := filepath.Join(dir, "topology.yaml")
+	if err := os.WriteFile(topoFile, data, 0o600); err != nil {
+		stop()
+		return nil, err
+	}
+	if err := start("front", "front", "--profile", profPath, "--topology", topoFile, "--kubeconfig", cp.AdminKubeconfig,
+		"--listen", addr, "--tls-cert-file", certFile, "--tls-private-key-file", keyFile, "--shard-ca-file", caFile); err != nil {
+		stop()
+		return nil, err
+	}
+	cfg := rest.CopyConfig(admin)
+	cfg.Host = "https://" + addr
+	cfg.CAData, cfg.CAFile = ca.CertPEM, ""
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	t := &tierProc{cfg: cfg, pid: cmds[len(cmds)-1].Process.Pid, stop: stop}
+	for _, c := range cmds {
+		t.pids = append(t.pids, c.Process.Pid)
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		for i := range done {
+			select {
+			case <-done[i]:
+				stop()
+				return nil, fmt.Errorf("a fleet process exited; see the logs in %s", dir)
+			default:
+			}
+		}
+		resp, err := client.Get(cfg.Host + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return t, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, fmt.Errorf("fleet not ready after 5m")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
