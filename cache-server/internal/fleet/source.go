@@ -201,9 +201,9 @@ func (s *Source) List(req store.ListRequest) (store.ListResult, error) {
 		if o == nil {
 			break
 		}
-		if req.Match == nil || req.Match(o) {
-			res.Items = append(res.Items, o)
-		}
+		// The shards applied the selector (req.Selector); the items carry
+		// no labels or field values to match again.
+		res.Items = append(res.Items, o)
 	}
 	if req.Limit <= 0 || int64(len(res.Items)) < req.Limit {
 		// The page is not full: every shard scanned its whole range.
@@ -259,7 +259,7 @@ func (s *Source) Scan(req store.ListRequest, fn func(*store.Object) bool) (uint6
 		if o == nil {
 			return rv, nil
 		}
-		if (req.Match == nil || req.Match(o)) && !fn(o) {
+		if !fn(o) { // filtered by the shards (req.Selector)
 			return rv, nil
 		}
 	}

@@ -126,7 +126,7 @@ func (s *Server) list(ctx context.Context, out *shardwire.Writer, res ingest.Res
 			return err
 		}
 		if o != nil {
-			if err := out.Object(o); err != nil {
+			if err := out.Item(o); err != nil {
 				return err
 			}
 		}
@@ -140,7 +140,7 @@ func (s *Server) list(ctx context.Context, out *shardwire.Writer, res ingest.Res
 	if limit == 0 {
 		var werr error
 		snapRV, err := st.Scan(req, func(o *store.Object) bool {
-			werr = out.Object(o)
+			werr = out.Item(o)
 			return werr == nil
 		})
 		if err != nil {
@@ -156,7 +156,7 @@ func (s *Server) list(ctx context.Context, out *shardwire.Writer, res ingest.Res
 		return err
 	}
 	for _, o := range page.Items {
-		if err := out.Object(o); err != nil {
+		if err := out.Item(o); err != nil {
 			return err
 		}
 	}

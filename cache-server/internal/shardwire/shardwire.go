@@ -1,13 +1,19 @@
 // Package shardwire is the framing between a fleet's shards and its fronts:
-// a stream of records, each a small JSON header followed by the object's
-// stored JSON bytes as they are (length-prefixed, never re-encoded or
-// escaped), so a front merges shards' pages and events without parsing the
-// objects themselves.
+// a stream of records carrying objects' stored JSON bytes as they are
+// (length-prefixed, never re-encoded or escaped), so a front merges shards'
+// pages and events without parsing the objects themselves.
 //
-//	record  = kind:byte  uvarint(len(header)) header  uvarint(len(raw)) raw  [uvarint(len(prev)) prev]
+//	object    = 'O' meta bytes(raw)
+//	event     = 'E' string(type) uvarint(rv) meta bytes(raw) (0 | 1 meta bytes(prevRaw))
+//	other     = kind bytes(json header) bytes("")      (end, watermark, error)
+//	meta      = string(key) string(namespace) string(name) uvarint(rv) pairs(labels) pairs(fields)
+//	pairs     = uvarint(n) (string string)*n
+//	string, bytes = uvarint(len) data
 //
-// The prev part is present only for events. Sizes are bounded on decode, so
-// a corrupt or hostile stream is an error, never a huge allocation.
+// Objects and events — one per item of a page, one per change — are binary
+// (no JSON per object on either side); the rare records are JSON. Sizes
+// are bounded on decode, so a corrupt or hostile stream is an error, never
+// a huge allocation.
 package shardwire
 
 import (
@@ -63,6 +69,7 @@ const (
 const (
 	maxHeader = 1 << 20
 	maxRaw    = 64 << 20
+	maxPairs  = 1 << 16
 )
 
 // Meta is what a front needs of an object besides its bytes: the key it
@@ -176,39 +183,90 @@ type Writer struct {
 // NewWriter writes records to w (buffered; call Flush).
 func NewWriter(w io.Writer) *Writer { return &Writer{w: bufio.NewWriterSize(w, 64<<10)} }
 
-// Object writes a list item.
-func (w *Writer) Object(o *store.Object) error {
-	return w.write(KindObject, Header{Object: MetaOf(o)}, o.Raw, nil, false)
+// Object writes a list item with its labels and field values.
+func (w *Writer) Object(o *store.Object) error { return w.object(o, true) }
+
+// Item writes a list item without labels and field values: what a page
+// needs once the shard has applied the selectors.
+func (w *Writer) Item(o *store.Object) error { return w.object(o, false) }
+
+func (w *Writer) object(o *store.Object, attrs bool) error {
+	w.buf = append(w.buf[:0], byte(KindObject))
+	w.buf = appendMeta(w.buf, o, attrs)
+	w.buf = binary.AppendUvarint(w.buf, uint64(len(o.Raw)))
+	return w.send(o.Raw)
 }
 
 // Event writes a change; prev may be nil.
 func (w *Writer) Event(typ string, rv uint64, o, prev *store.Object) error {
-	h := Header{Type: typ, RV: rv, Object: MetaOf(o)}
-	var prevRaw []byte
-	if prev != nil {
-		h.Prev = MetaOf(prev)
-		prevRaw = prev.Raw
+	w.buf = append(w.buf[:0], byte(KindEvent))
+	w.buf = appendString(w.buf, typ)
+	w.buf = binary.AppendUvarint(w.buf, rv)
+	w.buf = appendMeta(w.buf, o, true)
+	w.buf = binary.AppendUvarint(w.buf, uint64(len(o.Raw)))
+	if err := w.send(o.Raw); err != nil {
+		return err
 	}
-	return w.write(KindEvent, h, o.Raw, prevRaw, true)
+	if prev == nil {
+		w.buf = append(w.buf[:0], 0)
+		return w.send(nil)
+	}
+	w.buf = append(w.buf[:0], 1)
+	w.buf = appendMeta(w.buf, prev, true)
+	w.buf = binary.AppendUvarint(w.buf, uint64(len(prev.Raw)))
+	return w.send(prev.Raw)
+}
+
+// send writes w.buf, then data.
+func (w *Writer) send(data []byte) error {
+	if _, err := w.w.Write(w.buf); err != nil {
+		return err
+	}
+	_, err := w.w.Write(data)
+	return err
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendPairs(b []byte, m map[string]string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(m)))
+	for k, v := range m {
+		b = appendString(appendString(b, k), v)
+	}
+	return b
+}
+
+func appendMeta(b []byte, o *store.Object, attrs bool) []byte {
+	b = appendString(b, o.Key)
+	b = appendString(b, o.Namespace)
+	b = appendString(b, o.Name)
+	b = binary.AppendUvarint(b, o.RV)
+	if !attrs {
+		return append(b, 0, 0)
+	}
+	return appendPairs(appendPairs(b, o.Labels), o.Fields)
 }
 
 // End writes a list's end.
-func (w *Writer) End(h Header) error { return w.write(KindEnd, h, nil, nil, false) }
+func (w *Writer) End(h Header) error { return w.write(KindEnd, h) }
 
 // Watermark writes progress.
 func (w *Writer) Watermark(rv uint64, uncached bool) error {
-	return w.write(KindWatermark, Header{RV: rv, Uncached: uncached}, nil, nil, false)
+	return w.write(KindWatermark, Header{RV: rv, Uncached: uncached})
 }
 
 // Error writes an error record.
 func (w *Writer) Error(err error) error {
-	return w.write(KindError, Header{Error: NewError(err)}, nil, nil, false)
+	return w.write(KindError, Header{Error: NewError(err)})
 }
 
 // Flush sends what is buffered.
 func (w *Writer) Flush() error { return w.w.Flush() }
 
-func (w *Writer) write(k Kind, h Header, raw, prev []byte, event bool) error {
+func (w *Writer) write(k Kind, h Header) error {
 	hdr, err := json.Marshal(h)
 	if err != nil {
 		return err
@@ -216,23 +274,9 @@ func (w *Writer) write(k Kind, h Header, raw, prev []byte, event bool) error {
 	w.buf = append(w.buf[:0], byte(k))
 	w.buf = binary.AppendUvarint(w.buf, uint64(len(hdr)))
 	w.buf = append(w.buf, hdr...)
-	w.buf = binary.AppendUvarint(w.buf, uint64(len(raw)))
-	if _, err := w.w.Write(w.buf); err != nil {
-		return err
-	}
-	if _, err := w.w.Write(raw); err != nil {
-		return err
-	}
-	if event {
-		w.buf = binary.AppendUvarint(w.buf[:0], uint64(len(prev)))
-		if _, err := w.w.Write(w.buf); err != nil {
-			return err
-		}
-		if _, err := w.w.Write(prev); err != nil {
-			return err
-		}
-	}
-	return nil
+	w.buf = binary.AppendUvarint(w.buf, 0)
+	_, err = w.w.Write(w.buf)
+	return err
 }
 
 // Reader decodes records.
@@ -250,7 +294,53 @@ func (r *Reader) Next() (Record, error) {
 	}
 	rec := Record{Kind: Kind(kind)}
 	switch rec.Kind {
-	case KindObject, KindEnd, KindEvent, KindWatermark, KindError:
+	case KindObject:
+		if rec.Header.Object, err = r.meta(); err != nil {
+			return Record{}, err
+		}
+		raw, err := r.chunk(maxRaw)
+		if err != nil {
+			return Record{}, err
+		}
+		rec.Object = rec.Header.Object.object(raw)
+		return rec, nil
+	case KindEvent:
+		typ, err := r.chunk(maxHeader)
+		if err != nil {
+			return Record{}, err
+		}
+		rec.Header.Type = string(typ)
+		if rec.Header.RV, err = binary.ReadUvarint(r.r); err != nil {
+			return Record{}, truncated(err)
+		}
+		if rec.Header.Object, err = r.meta(); err != nil {
+			return Record{}, err
+		}
+		raw, err := r.chunk(maxRaw)
+		if err != nil {
+			return Record{}, err
+		}
+		rec.Object = rec.Header.Object.object(raw)
+		hasPrev, err := r.r.ReadByte()
+		if err != nil {
+			return Record{}, truncated(err)
+		}
+		switch hasPrev {
+		case 0:
+		case 1:
+			if rec.Header.Prev, err = r.meta(); err != nil {
+				return Record{}, err
+			}
+			prev, err := r.chunk(maxRaw)
+			if err != nil {
+				return Record{}, err
+			}
+			rec.Prev = rec.Header.Prev.object(prev)
+		default:
+			return Record{}, fmt.Errorf("shardwire: bad previous-state flag %d", hasPrev)
+		}
+		return rec, nil
+	case KindEnd, KindWatermark, KindError:
 	default:
 		return Record{}, fmt.Errorf("shardwire: unknown record kind %q", kind)
 	}
@@ -261,34 +351,70 @@ func (r *Reader) Next() (Record, error) {
 	if err := json.Unmarshal(hdr, &rec.Header); err != nil {
 		return Record{}, fmt.Errorf("shardwire: record header: %w", err)
 	}
-	raw, err := r.chunk(maxRaw)
-	if err != nil {
-		return Record{}, err
+	if rec.Header.Object != nil || rec.Header.Prev != nil || rec.Header.Type != "" {
+		return Record{}, errors.New("shardwire: object metadata in a record that carries none")
 	}
-	switch rec.Kind {
-	case KindObject:
-		if rec.Header.Object == nil {
-			return Record{}, errors.New("shardwire: object record without metadata")
-		}
-		rec.Object = rec.Header.Object.object(raw)
-	case KindEvent:
-		if rec.Header.Object == nil {
-			return Record{}, errors.New("shardwire: event record without metadata")
-		}
-		rec.Object = rec.Header.Object.object(raw)
-		prev, err := r.chunk(maxRaw)
-		if err != nil {
-			return Record{}, err
-		}
-		if rec.Header.Prev != nil {
-			rec.Prev = rec.Header.Prev.object(prev)
-		}
-	case KindError:
-		if rec.Header.Error == nil {
-			return Record{}, errors.New("shardwire: error record without error")
-		}
+	if raw, err := r.chunk(maxRaw); err != nil {
+		return Record{}, err
+	} else if len(raw) != 0 {
+		return Record{}, errors.New("shardwire: payload in a record that carries none")
+	}
+	if rec.Kind == KindError && rec.Header.Error == nil {
+		return Record{}, errors.New("shardwire: error record without error")
 	}
 	return rec, nil
+}
+
+func (r *Reader) meta() (*Meta, error) {
+	var m Meta
+	var err error
+	str := func() string {
+		if err != nil {
+			return ""
+		}
+		var b []byte
+		b, err = r.chunk(maxHeader)
+		return string(b)
+	}
+	pairs := func() map[string]string {
+		if err != nil {
+			return nil
+		}
+		var n uint64
+		if n, err = binary.ReadUvarint(r.r); err != nil {
+			err = truncated(err)
+			return nil
+		}
+		if n == 0 {
+			return nil
+		}
+		if n > maxPairs {
+			err = fmt.Errorf("shardwire: %d labels or fields exceed the limit of %d", n, maxPairs)
+			return nil
+		}
+		out := make(map[string]string, min(n, 64))
+		for range n {
+			k := str()
+			v := str()
+			if err != nil {
+				return nil
+			}
+			out[k] = v
+		}
+		return out
+	}
+	m.Key, m.Namespace, m.Name = str(), str(), str()
+	if err == nil {
+		if m.RV, err = binary.ReadUvarint(r.r); err != nil {
+			err = truncated(err)
+		}
+	}
+	m.Labels = pairs()
+	m.Fields = pairs()
+	if err != nil {
+		return nil, err
+	}
+	return &m, nil
 }
 
 func (r *Reader) chunk(limit uint64) ([]byte, error) {
@@ -299,10 +425,17 @@ func (r *Reader) chunk(limit uint64) ([]byte, error) {
 	if n > limit {
 		return nil, fmt.Errorf("shardwire: record part of %d bytes exceeds the limit of %d", n, limit)
 	}
+	if n <= 64<<10 {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r.r, b); err != nil {
+			return nil, truncated(err)
+		}
+		return b, nil
+	}
 	// Grow with what actually arrives rather than trusting the prefix: a
 	// truncated or hostile stream must not make us allocate its claim.
 	var buf bytes.Buffer
-	buf.Grow(int(min(n, 64<<10)))
+	buf.Grow(64 << 10)
 	if _, err := io.CopyN(&buf, r.r, int64(n)); err != nil {
 		return nil, truncated(err)
 	}

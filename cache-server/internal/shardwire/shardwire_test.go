@@ -451,14 +451,18 @@ func TestMalformedRecords(t *testing.T) {
 		data []byte
 		want string
 	}{
-		"header not JSON":          {rec(KindWatermark, `{"rv":`, nil), "record header"},
-		"header wrong type":        {rec(KindWatermark, `{"rv":"x"}`, nil), "record header"},
-		"object without metadata":  {rec(KindObject, `{}`, []byte("x")), "without metadata"},
-		"event without metadata":   {rec(KindEvent, `{"t":"ADDED","rv":1}`, []byte("x"), nil), "without metadata"},
-		"error without error":      {rec(KindError, `{"rv":1}`, nil), "without error"},
-		"varint overflow (header)": {append([]byte{'W'}, bytes.Repeat([]byte{0xff}, 11)...), "overflow"},
-		"varint overflow (raw)":    {append(rec(KindWatermark, `{}`)[:4], bytes.Repeat([]byte{0xff}, 11)...), "overflow"},
-		"event missing prev chunk": {rec(KindEvent, `{"t":"ADDED","rv":1,"o":{"k":"a","n":"a","rv":1}}`, []byte("x")), io.ErrUnexpectedEOF.Error()},
+		"header not JSON":              {rec(KindWatermark, `{"rv":`, nil), "record header"},
+		"header wrong type":            {rec(KindWatermark, `{"rv":"x"}`, nil), "record header"},
+		"object truncated in metadata": {[]byte{byte(KindObject), 1, 'a', 0}, io.ErrUnexpectedEOF.Error()},
+		"event truncated in metadata":  {append(binaryEventHead(), 1, 'a'), io.ErrUnexpectedEOF.Error()},
+		"event bad prev flag":          {append(append(binaryEventHead(), binaryMeta()...), 1, 'x', 7), "previous-state flag"},
+		"metadata in a watermark":      {rec(KindWatermark, `{"rv":1,"o":{"k":"a","n":"a","rv":1}}`, nil), "carries none"},
+		"payload in a watermark":       {rec(KindWatermark, `{"rv":1}`, []byte("x")), "carries none"},
+		"too many labels":              {append(append([]byte{byte(KindObject)}, binaryMetaHead()...), binary.AppendUvarint(nil, maxPairs+1)...), "exceed the limit"},
+		"error without error":          {rec(KindError, `{"rv":1}`, nil), "without error"},
+		"varint overflow (header)":     {append([]byte{'W'}, bytes.Repeat([]byte{0xff}, 11)...), "overflow"},
+		"varint overflow (raw)":        {append(rec(KindWatermark, `{}`)[:4], bytes.Repeat([]byte{0xff}, 11)...), "overflow"},
+		"event missing prev flag":      {append(append(binaryEventHead(), binaryMeta()...), 1, 'x'), io.ErrUnexpectedEOF.Error()},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -469,6 +473,16 @@ func TestMalformedRecords(t *testing.T) {
 		})
 	}
 }
+
+// binaryMetaHead is an object's metadata up to its labels: key "a",
+// namespace "", name "a", RV 1.
+func binaryMetaHead() []byte { return []byte{1, 'a', 0, 1, 'a', 1} }
+
+// binaryMeta is binaryMetaHead with no labels and no fields.
+func binaryMeta() []byte { return append(binaryMetaHead(), 0, 0) }
+
+// binaryEventHead is an ADDED event at RV 1 up to its metadata.
+func binaryEventHead() []byte { return []byte{byte(KindEvent), 5, 'A', 'D', 'D', 'E', 'D', 1} }
 
 // allocated is how many bytes the process allocated while fn ran.
 func allocated(fn func()) uint64 {
@@ -483,23 +497,16 @@ func allocated(fn func()) uint64 {
 // A length prefix above the limits is refused before anything of that size
 // is allocated.
 func TestOversizedPrefixRefused(t *testing.T) {
-	hdr := []byte(`{"t":"ADDED","rv":1,"o":{"k":"a","n":"a","rv":1}}`)
-	prefix := func(k Kind, parts ...[]byte) []byte {
-		b := []byte{byte(k)}
-		b = binary.AppendUvarint(b, uint64(len(hdr)))
-		b = append(b, hdr...)
-		for _, p := range parts {
-			b = binary.AppendUvarint(b, uint64(len(p)))
-			b = append(b, p...)
-		}
-		return b
-	}
+	obj := append([]byte{byte(KindObject)}, binaryMeta()...)
+	event := append(binaryEventHead(), binaryMeta()...)
+	withPrev := append(append(append([]byte{}, event...), 1, 'x', 1), binaryMeta()...)
 	cases := map[string][]byte{
-		"header":     binary.AppendUvarint([]byte{byte(KindObject)}, maxHeader+1),
-		"header max": binary.AppendUvarint([]byte{byte(KindObject)}, 1<<63),
-		"raw":        binary.AppendUvarint(prefix(KindObject), maxRaw+1),
-		"raw max":    binary.AppendUvarint(prefix(KindEvent), ^uint64(0)),
-		"prev":       binary.AppendUvarint(prefix(KindEvent, []byte("x")), maxRaw+1),
+		"header":     binary.AppendUvarint([]byte{byte(KindWatermark)}, maxHeader+1),
+		"header max": binary.AppendUvarint([]byte{byte(KindWatermark)}, 1<<63),
+		"key":        binary.AppendUvarint([]byte{byte(KindObject)}, maxHeader+1),
+		"raw":        binary.AppendUvarint(obj, maxRaw+1),
+		"raw max":    binary.AppendUvarint(event, ^uint64(0)),
+		"prev":       binary.AppendUvarint(withPrev, maxRaw+1),
 	}
 	for name, data := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -517,7 +524,7 @@ func TestOversizedPrefixRefused(t *testing.T) {
 		})
 	}
 	// At the limit is allowed (the header limit is cheap to check).
-	data := binary.AppendUvarint([]byte{byte(KindObject)}, maxHeader)
+	data := binary.AppendUvarint([]byte{byte(KindWatermark)}, maxHeader)
 	if _, err := NewReader(bytes.NewReader(data)).Next(); err != io.ErrUnexpectedEOF {
 		t.Fatalf("header of exactly the limit, truncated: %v", err)
 	}
@@ -528,7 +535,7 @@ func TestOversizedPrefixRefused(t *testing.T) {
 // full before a single byte of it is read: a 10-byte stream makes the
 // reader allocate 64 MiB.
 func TestTruncatedPrefixDoesNotAllocateItsLength(t *testing.T) {
-	data := binary.AppendUvarint([]byte{byte(KindObject), 2, '{', '}'}, maxRaw)
+	data := binary.AppendUvarint(append([]byte{byte(KindObject)}, binaryMeta()...), maxRaw)
 	r := NewReader(bytes.NewReader(data))
 	var err error
 	n := allocated(func() { _, err = r.Next() })
