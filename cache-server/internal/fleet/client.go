@@ -41,10 +41,17 @@ func NewClient(httpClient *http.Client, topo *topology.Topology, m *metrics.Metr
 // stream is an open shard response.
 type stream struct {
 	*shardwire.Reader
-	body io.Closer
+	body io.ReadCloser
 }
 
-func (s stream) Close() error { return s.body.Close() }
+// Close ends the response. What is left of a finished answer (the end of
+// the chunked body) is read first, so the HTTP/1.1 connection goes back to
+// the pool instead of being closed; an answer abandoned midway (a
+// watch-list whose client left) closes its connection.
+func (s stream) Close() error {
+	_, _ = io.CopyN(io.Discard, s.body, 4<<10)
+	return s.body.Close()
+}
 
 // open sends a shard request to one replica of shard i, trying the others
 // when one cannot be reached. A replica that answers with an HTTP error

@@ -71,9 +71,13 @@ func newHTTPClient(cfg *rest.Config, caFile string, recheck time.Duration) (*htt
 		tlsCfg.Certificates = []tls.Certificate{pair}
 	}
 	transport := &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
-		TLSClientConfig:     tlsCfg,
-		ForceAttemptHTTP2:   true,
+		Proxy:           http.ProxyFromEnvironment,
+		TLSClientConfig: tlsCfg,
+		// HTTP/1.1: a shard answer is one bulk stream, which HTTP/2's
+		// framing and flow control only slow down (measured in
+		// docs/fleet.md); a connection per concurrent call is cheap
+		// between a front and its shards.
+		TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{},
 		MaxIdleConnsPerHost: 32,
 		IdleConnTimeout:     90 * time.Second,
 		TLSHandshakeTimeout: 10 * time.Second,
