@@ -138,10 +138,7 @@ func StartFleet(ctx context.Context, cp *controlplane.ControlPlane, opts FleetOp
 	if err := f.waitFrontReady(ctx); err != nil {
 		return nil, err
 	}
-	if err := cp.RegisterAPIService(ctx, controlplane.APIServiceRegistration{
-		Group: t.Group, Version: "v1alpha1", Namespace: opts.Namespace, ServiceName: opts.ServiceName,
-		ClusterIP: t.ClusterIP, Port: int32(t.Port), CABundle: t.DirectCA,
-	}); err != nil {
+	if err := t.register(ctx, opts.Options); err != nil {
 		return nil, err
 	}
 	return f, nil

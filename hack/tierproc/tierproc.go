@@ -127,13 +127,19 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*T
 	if err := t.waitReady(ctx, certDir); err != nil {
 		return nil, err
 	}
-	if err := cp.RegisterAPIService(ctx, controlplane.APIServiceRegistration{
-		Group: t.Group, Version: "v1alpha1", Namespace: opts.Namespace, ServiceName: opts.ServiceName,
-		ClusterIP: t.ClusterIP, Port: int32(t.Port), CABundle: t.DirectCA,
-	}); err != nil {
+	if err := t.register(ctx, opts); err != nil {
 		return nil, err
 	}
 	return t, nil
+}
+
+// register creates the Service, EndpointSlice and APIService that make the
+// aggregator send the profile's group to the process.
+func (t *Tier) register(ctx context.Context, opts Options) error {
+	return t.cp.RegisterAPIService(ctx, controlplane.APIServiceRegistration{
+		Group: t.Group, Version: "v1alpha1", Namespace: opts.Namespace, ServiceName: opts.ServiceName,
+		ClusterIP: t.ClusterIP, Port: int32(t.Port), CABundle: t.DirectCA,
+	})
 }
 
 func withDefaults(opts Options) Options {

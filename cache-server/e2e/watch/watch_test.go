@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -480,25 +481,7 @@ func TestTierRestart(t *testing.T) {
 	cfg := rest.CopyConfig(env.TierAdmin)
 	f := informers.NewSharedInformerFactory(kc(t, cfg), 0)
 	inf := f.Core().V1().ConfigMaps().Informer()
-	var mu sync.Mutex
-	adds := map[string]int{}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(o any) {
-			m, _ := metaOf(o)
-			mu.Lock()
-			adds[m.GetNamespace()+"/"+m.GetName()]++
-			mu.Unlock()
-		},
-		DeleteFunc: func(o any) {
-			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-				o = d.Obj
-			}
-			m, _ := metaOf(o)
-			mu.Lock()
-			adds[m.GetNamespace()+"/"+m.GetName()]--
-			mu.Unlock()
-		},
-	})
+	counts := countAddsMinusDeletes(inf)
 	f.Start(ctx.Done())
 	defer f.Shutdown()
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
@@ -510,12 +493,39 @@ func TestTierRestart(t *testing.T) {
 	}
 	churn(t, ctx, 200, "restart")
 	waitSame(t, ctx, map[string]cache.Store{"typed": inf.GetStore()})
-	// Every present object was added once more than deleted: no duplicate
-	// adds, no missed deletes.
-	want := truth(t, ctx)
-	mu.Lock()
-	defer mu.Unlock()
-	for k, n := range adds {
+	checkAddsMinusDeletes(t, counts(), truth(t, ctx))
+}
+
+// countAddsMinusDeletes counts, per key, the informer's adds minus its
+// deletes; the returned function snapshots the counts.
+func countAddsMinusDeletes(inf cache.SharedIndexInformer) func() map[string]int {
+	var mu sync.Mutex
+	counts := map[string]int{}
+	bump := func(o any, by int) {
+		if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+			o = d.Obj
+		}
+		m, _ := metaOf(o)
+		mu.Lock()
+		counts[m.GetNamespace()+"/"+m.GetName()] += by
+		mu.Unlock()
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { bump(o, 1) },
+		DeleteFunc: func(o any) { bump(o, -1) },
+	})
+	return func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(counts)
+	}
+}
+
+// checkAddsMinusDeletes: every present object was added once more than
+// deleted — no duplicate adds, no missed deletes.
+func checkAddsMinusDeletes(t *testing.T, counts map[string]int, want map[string]string) {
+	t.Helper()
+	for k, n := range counts {
 		_, present := want[k]
 		if (present && n != 1) || (!present && n != 0) {
 			t.Errorf("%s: adds-deletes = %d, present %v", k, n, present)
@@ -653,25 +663,7 @@ func TestShardRestart(t *testing.T) {
 	restartsBefore := fleetRestarts(t)
 	f := informers.NewSharedInformerFactory(kc(t, rest.CopyConfig(fleet.TierAdmin)), 0)
 	inf := f.Core().V1().ConfigMaps().Informer()
-	var mu sync.Mutex
-	adds := map[string]int{}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(o any) {
-			m, _ := metaOf(o)
-			mu.Lock()
-			adds[m.GetNamespace()+"/"+m.GetName()]++
-			mu.Unlock()
-		},
-		DeleteFunc: func(o any) {
-			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-				o = d.Obj
-			}
-			m, _ := metaOf(o)
-			mu.Lock()
-			adds[m.GetNamespace()+"/"+m.GetName()]--
-			mu.Unlock()
-		},
-	})
+	counts := countAddsMinusDeletes(inf)
 	f.Start(ctx.Done())
 	defer f.Shutdown()
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
@@ -683,15 +675,7 @@ func TestShardRestart(t *testing.T) {
 	}
 	churn(t, ctx, 200, "shardrestart")
 	waitSame(t, ctx, map[string]cache.Store{"typed": inf.GetStore()})
-	want := truth(t, ctx)
-	mu.Lock()
-	for k, n := range adds {
-		_, present := want[k]
-		if (present && n != 1) || (!present && n != 0) {
-			t.Errorf("%s: adds-deletes = %d, present %v", k, n, present)
-		}
-	}
-	mu.Unlock()
+	checkAddsMinusDeletes(t, counts(), truth(t, ctx))
 	if after := fleetRestarts(t); after <= restartsBefore {
 		t.Errorf("cachetier_fleet_stream_restarts_total{reason=\"expired\"} for configmaps did not move (%v -> %v): the front did not notice the shard's restart", restartsBefore, after)
 	}

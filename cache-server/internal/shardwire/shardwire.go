@@ -165,11 +165,6 @@ type Record struct {
 	Object, Prev *store.Object
 }
 
-// MetaOf is o's Meta.
-func MetaOf(o *store.Object) *Meta {
-	return &Meta{Key: o.Key, Namespace: o.Namespace, Name: o.Name, RV: o.RV, Labels: o.Labels, Fields: o.Fields}
-}
-
 func (m *Meta) object(raw []byte) *store.Object {
 	return &store.Object{Key: m.Key, Namespace: m.Namespace, Name: m.Name, RV: m.RV, Labels: m.Labels, Fields: m.Fields, Raw: raw}
 }
