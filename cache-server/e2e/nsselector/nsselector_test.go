@@ -1,6 +1,8 @@
 // Package nsselector tests a profile's namespaceSelector end to end: only
 // objects in matching namespaces are cached and served, and relabelling a
-// namespace moves its objects in and out of the cache.
+// namespace moves its objects in and out of the cache — for LISTs and for
+// watchers (an informer on each tier follows every move), on the standalone
+// tier and on a fleet of two shards behind a front, side by side.
 package nsselector
 
 import (
@@ -16,14 +18,24 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/cachetier/cachetier/api/v1alpha1"
 	"github.com/cachetier/cachetier/cache-server/internal/tiertest"
 )
 
-var apiserver, tier kubernetes.Interface
+var apiserver kubernetes.Interface
+
+// tiers are the standalone tier and the fleet, read side by side.
+var tiers []tierClient
+
+type tierClient struct {
+	name string
+	kc   kubernetes.Interface
+}
 
 func TestMain(m *testing.M) {
 	os.Exit(tiertest.Run(m, tiertest.Options{
@@ -34,10 +46,14 @@ func TestMain(m *testing.M) {
 				{Version: "v1", Resource: "configmaps", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "x"}}},
 			},
 		},
-		Seed: seed,
+		Seed:        seed,
+		FleetShards: 2,
 	}, func(e *tiertest.Env) {
 		apiserver = kubernetes.NewForConfigOrDie(e.Admin)
-		tier = kubernetes.NewForConfigOrDie(e.TierAdmin)
+		tiers = []tierClient{
+			{"standalone", kubernetes.NewForConfigOrDie(e.TierAdmin)},
+			{"fleet", kubernetes.NewForConfigOrDie(e.FleetAdmin)},
+		}
 	}))
 }
 
@@ -87,35 +103,67 @@ func want(t *testing.T, namespaces ...string) string {
 	return strings.Join(out, " ")
 }
 
-// got is a consistent LIST of configmaps from the tier.
-func got(t *testing.T) string {
+// got is a consistent LIST of configmaps from a tier.
+func got(t *testing.T, tier kubernetes.Interface) string {
 	t.Helper()
 	l, err := tier.CoreV1().ConfigMaps("").List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var items []any
+	for i := range l.Items {
+		items = append(items, &l.Items[i])
+	}
+	return keysOf(items)
+}
+
+func keysOf(items []any) string {
 	var out []string
-	for _, cm := range l.Items {
+	for _, o := range items {
+		cm := o.(*corev1.ConfigMap)
 		out = append(out, cm.Namespace+"/"+cm.Name+"@"+cm.ResourceVersion)
 	}
 	sort.Strings(out)
 	return strings.Join(out, " ")
 }
 
-// eventually polls until the tier serves exactly the configmaps of the
-// given namespaces (membership changes are asynchronous to the relabel).
+// informers watch each tier for the whole test: relabels must reach
+// watchers as events, not only LISTs.
+var informers []cache.SharedIndexInformer
+
+func startInformers(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	informers = nil
+	for _, tc := range tiers {
+		f := kinformers.NewSharedInformerFactory(tc.kc, 0)
+		inf := f.Core().V1().ConfigMaps().Informer()
+		f.Start(ctx.Done())
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			t.Fatalf("%s informer did not sync", tc.name)
+		}
+		informers = append(informers, inf)
+	}
+}
+
+// eventually polls until every tier serves exactly the configmaps of the
+// given namespaces, in LISTs and in its informer's store (membership
+// changes are asynchronous to the relabel).
 func eventually(t *testing.T, namespaces ...string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for {
-		w, g := want(t, namespaces...), got(t)
-		if w == g {
-			return
+	for i, tc := range tiers {
+		for {
+			w, g := want(t, namespaces...), got(t, tc.kc)
+			gi := keysOf(informers[i].GetStore().List())
+			if w == g && w == gi {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s serves\n %s\nits informer holds\n %s\nwant the configmaps of %v:\n %s", tc.name, g, gi, namespaces, w)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tier serves\n %s\nwant the configmaps of %v:\n %s", g, namespaces, w)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -129,17 +177,21 @@ func relabel(t *testing.T, ns, team string) {
 
 func TestNamespaceSelector(t *testing.T) {
 	ctx := context.Background()
+	startInformers(t)
 	// Only sel-a matches at start-up: kube-system, default and sel-b are
 	// neither cached nor served.
-	if w, g := want(t, "sel-a"), got(t); w != g || w == "" {
-		t.Fatalf("initial: tier serves\n %s\nwant\n %s", g, w)
+	for _, tc := range tiers {
+		if w, g := want(t, "sel-a"), got(t, tc.kc); w != g || w == "" {
+			t.Fatalf("initial: %s serves\n %s\nwant\n %s", tc.name, g, w)
+		}
+		if _, err := tc.kc.CoreV1().ConfigMaps("sel-b").Get(ctx, "cm-0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("%s: GET of a configmap outside the selector: %v, want NotFound", tc.name, err)
+		}
+		if l, err := tc.kc.CoreV1().ConfigMaps("sel-b").List(ctx, metav1.ListOptions{}); err != nil || len(l.Items) != 0 {
+			t.Fatalf("%s: LIST of a namespace outside the selector: %v %v", tc.name, l, err)
+		}
 	}
-	if _, err := tier.CoreV1().ConfigMaps("sel-b").Get(ctx, "cm-0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("GET of a configmap outside the selector: %v, want NotFound", err)
-	}
-	if l, err := tier.CoreV1().ConfigMaps("sel-b").List(ctx, metav1.ListOptions{}); err != nil || len(l.Items) != 0 {
-		t.Fatalf("LIST of a namespace outside the selector: %v %v", l, err)
-	}
+	eventually(t, "sel-a")
 
 	// Live changes follow the selector too.
 	if _, err := apiserver.CoreV1().ConfigMaps("sel-b").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late"}}, metav1.CreateOptions{}); err != nil {
@@ -154,8 +206,10 @@ func TestNamespaceSelector(t *testing.T) {
 	// it did not match, enter the cache.
 	relabel(t, "sel-b", "x")
 	eventually(t, "sel-a", "sel-b")
-	if cm, err := tier.CoreV1().ConfigMaps("sel-b").Get(ctx, "late", metav1.GetOptions{}); err != nil || cm.Name != "late" {
-		t.Fatalf("GET after the namespace entered: %v %v", cm, err)
+	for _, tc := range tiers {
+		if cm, err := tc.kc.CoreV1().ConfigMaps("sel-b").Get(ctx, "late", metav1.GetOptions{}); err != nil || cm.Name != "late" {
+			t.Fatalf("%s: GET after the namespace entered: %v %v", tc.name, cm, err)
+		}
 	}
 	// A change right after entering is served.
 	if err := apiserver.CoreV1().ConfigMaps("sel-b").Delete(ctx, "cm-1", metav1.DeleteOptions{}); err != nil {
@@ -166,8 +220,10 @@ func TestNamespaceSelector(t *testing.T) {
 	// sel-a stops matching: its objects leave.
 	relabel(t, "sel-a", "y")
 	eventually(t, "sel-b")
-	if _, err := tier.CoreV1().ConfigMaps("sel-a").Get(ctx, "cm-0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("GET after the namespace left: %v, want NotFound", err)
+	for _, tc := range tiers {
+		if _, err := tc.kc.CoreV1().ConfigMaps("sel-a").Get(ctx, "cm-0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("%s: GET after the namespace left: %v, want NotFound", tc.name, err)
+		}
 	}
 
 	// A new matching namespace with objects.

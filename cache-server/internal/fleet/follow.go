@@ -38,7 +38,7 @@ func (s *Source) follow(ctx context.Context, i int) {
 	backoff := 100 * time.Millisecond
 	var from uint64 // 0: from now (the stream starts with its watermark)
 	for ctx.Err() == nil {
-		err := s.stream(ctx, i, from)
+		err := s.stream(ctx, i, from, func() { backoff = 100 * time.Millisecond })
 		if ctx.Err() != nil {
 			return
 		}
@@ -54,6 +54,9 @@ func (s *Source) follow(ctx context.Context, i int) {
 		} else {
 			s.mu.Lock()
 			from = s.wm[i]
+			// The shard resends everything after from: what was queued
+			// above it (part of an RV's group) would be duplicated.
+			s.queues[i] = keepThrough(s.queues[i], from)
 			s.mu.Unlock()
 		}
 		s.metrics.FleetStreamRestarts.WithLabelValues(s.label, shard, reason).Inc()
@@ -74,8 +77,15 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// stream reads one change stream until it fails.
-func (s *Source) stream(ctx context.Context, i int, from uint64) error {
+// maxQueued bounds the events held for a shard while another shard's
+// watermark lags (the watch hub's own history bound): past it the stream is
+// not read until the queue drains, and the shard keeps the history (or, past
+// its window, ends the stream, and the front starts over from now).
+const maxQueued = 100_000
+
+// stream reads one change stream until it fails; started is called once
+// the stream delivered its first record.
+func (s *Source) stream(ctx context.Context, i int, from uint64, started func()) error {
 	q := s.query()
 	if from > 0 {
 		q.Set("rv", strconv.FormatUint(from, 10))
@@ -86,10 +96,20 @@ func (s *Source) stream(ctx context.Context, i int, from uint64) error {
 	}
 	defer st.Close()
 	first := from == 0
-	for {
+	for n := 0; ; n++ {
 		rec, err := st.Next()
 		if err != nil {
 			return s.client.readError(i, err)
+		}
+		if n == 0 {
+			started()
+		}
+		for s.queued(i) > maxQueued {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 		switch rec.Kind {
 		case shardwire.KindWatermark:
@@ -158,6 +178,18 @@ func (s *Source) restart(i int, rv uint64) {
 	s.flushLocked()
 }
 
+func (s *Source) queued(i int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queues[i])
+}
+
+// keepThrough is evs up to and including rv.
+func keepThrough(evs []store.Event, rv uint64) []store.Event {
+	i := sort.Search(len(evs), func(i int) bool { return evs[i].RV > rv })
+	return evs[:i]
+}
+
 func dropThrough(evs []store.Event, rv uint64) []store.Event {
 	i := sort.Search(len(evs), func(i int) bool { return evs[i].RV > rv })
 	return evs[i:]
@@ -165,20 +197,53 @@ func dropThrough(evs []store.Event, rv uint64) []store.Event {
 
 // advance records shard i's progress (and an event) and publishes what
 // every shard has reached.
+//
+// After an event at rv the shard's watermark is rv-1: other events at rv
+// (a relist difference shares one RV) may follow, and only the watermark
+// record the shard sends once it is caught up says rv is complete.
 func (s *Source) advance(i int, rv uint64, ev *store.Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// An event at or below the stream's watermark predates its start; one
-	// at or below the hub's RV predates the hub's start or last reset (a
-	// stream that started lower than the others, or a shard that restarted):
-	// the hub already claims everything up to there, so it is dropped.
-	if ev != nil && rv > s.wm[i] && (!s.started || rv > s.hub.LastRV()) {
-		s.queues[i] = append(s.queues[i], *ev)
+	if ev == nil {
+		s.wm[i] = max(s.wm[i], rv)
+	} else {
+		s.addEventLocked(i, rv, *ev)
 	}
-	s.wm[i] = max(s.wm[i], rv)
 	s.metrics.FleetWatermark.WithLabelValues(s.label, s.client.topo.Shards[i].Name).Set(float64(s.wm[i]))
 	if s.started {
 		s.flushLocked()
+	}
+}
+
+func (s *Source) addEventLocked(i int, rv uint64, ev store.Event) {
+	switch {
+	case rv > s.wm[i]:
+		// A change the stream had not covered yet. At or below the
+		// hub's RV it predates the hub's start or last reset (a stream
+		// that started lower than the others): the hub already claims
+		// everything up to there.
+		if !s.started || rv > s.hub.LastRV() {
+			s.queues[i] = append(s.queues[i], ev)
+		}
+		s.wm[i] = max(s.wm[i], rv-1)
+	case !s.started:
+		// Before the hub starts nothing at an old RV is of interest.
+	case rv < s.hub.LastRV():
+		// Cannot be placed in RV order (and the protocol does not send
+		// it: see below, the shard's RV is never below the hub's).
+		s.log.V(1).Info("dropping an event below the merged RV", "resource", s.label, "shard", s.client.topo.Shards[i].Name, "rv", rv, "mergedRV", s.hub.LastRV())
+	case rv == s.hub.LastRV():
+		// At an RV the stream had already covered: a difference the shard
+		// published at its current RV without a new upstream change (a
+		// namespace entering or leaving the profile's namespaceSelector),
+		// as standalone's hub does. Pass it on the same way: now.
+		s.hub.Publish([]store.Event{ev})
+	default:
+		// Covered by this stream but not yet by every other: wait in
+		// order with this shard's other changes.
+		q := s.queues[i]
+		k := sort.Search(len(q), func(j int) bool { return q[j].RV > rv })
+		s.queues[i] = append(q[:k], append([]store.Event{ev}, q[k:]...)...)
 	}
 }
 

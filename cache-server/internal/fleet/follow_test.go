@@ -67,7 +67,12 @@ func (f *mergeFixture) ev(i int, rv uint64) *store.Event {
 }
 
 // event sends an event of shard i at rv.
-func (f *mergeFixture) event(i int, rv uint64) { f.s.advance(i, rv, f.ev(i, rv)) }
+// As a shard sends a single change: the event, then (caught up) its RV as
+// the watermark.
+func (f *mergeFixture) event(i int, rv uint64) {
+	f.s.advance(i, rv, f.ev(i, rv))
+	f.s.advance(i, rv, nil)
+}
 
 // watermark sends a watermark of shard i.
 func (f *mergeFixture) watermark(i int, rv uint64) { f.s.advance(i, rv, nil) }
@@ -429,5 +434,56 @@ func TestMergeDropsLateEventsBelowResetFloor(t *testing.T) {
 	}
 	if got := f.follow(w); got != "135 | 140" {
 		t.Fatalf("got %q, want only 135: an event below the reset floor 130 was published", got)
+	}
+}
+
+// Events sharing one RV (a relist difference) are held until the shard's
+// watermark says the RV is complete, even when every other shard is past
+// it: a watcher must never see part of the group and a bookmark at its RV.
+func TestMergeHoldsAnRVGroupUntilItsWatermark(t *testing.T) {
+	f := newMergeFixture(t)
+	for i := range 3 {
+		f.s.restart(i, 100)
+	}
+	w := f.watch(watch.Request{})
+	f.watermark(1, 120)
+	f.watermark(2, 120)
+	f.s.advance(0, 110, f.ev(0, 110))
+	f.s.advance(0, 110, f.ev(0, 110))
+	if got := f.follow(w); got != " | 109" {
+		t.Fatalf("part of the group at 110 was released: %q", got)
+	}
+	f.s.advance(0, 110, f.ev(0, 110))
+	f.watermark(0, 110)
+	if got := f.follow(w); got != "110 110 110 | 110" {
+		t.Fatalf("got %q, want the whole group at 110", got)
+	}
+}
+
+// A change a shard publishes at an RV its stream already covered (a
+// namespace entering the namespaceSelector: standalone's hub publishes it at
+// its current RV) reaches the front's watchers.
+func TestMergePassesDifferencesAtTheCurrentRV(t *testing.T) {
+	f := newMergeFixture(t)
+	for i := range 3 {
+		f.s.restart(i, 100)
+	}
+	client := f.watch(watch.Request{})
+	for i := range 3 {
+		f.watermark(i, 105)
+	}
+	f.s.advance(1, 105, f.ev(1, 105)) // at the merged RV: published now
+	if got := f.next(client); got != "ADDED@105" {
+		t.Fatalf("a difference at the merged RV: %q", got)
+	}
+	f.watermark(1, 108)
+	f.watermark(2, 108)
+	f.s.advance(1, 108, f.ev(1, 108)) // above the merged RV (s0 at 105): waits
+	if got := f.next(client); got != "" {
+		t.Fatalf("released before shard 0 reached 108: %q", got)
+	}
+	f.watermark(0, 108)
+	if got := f.next(client); got != "ADDED@108" {
+		t.Fatalf("after every shard reached 108: %q", got)
 	}
 }

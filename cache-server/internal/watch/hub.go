@@ -244,7 +244,7 @@ func (h *Hub) publish(evs []store.Event, relistRV uint64, relist bool) {
 	// per-watcher work done when publishing: an integer comparison.
 	head := h.base + uint64(len(h.events))
 	for w := range h.watchers {
-		if !w.initializing.Load() && head-w.cursor.Load() > uint64(h.opts.BufferSize) {
+		if !w.initializing.Load() && !w.req.NoLagLimit && head-w.cursor.Load() > uint64(h.opts.BufferSize) {
 			h.terminateLocked(w, "slow")
 		}
 	}
@@ -338,6 +338,11 @@ type Request struct {
 	// OnTerminate is called (in its own goroutine) when the hub terminates
 	// the watcher; it should unblock a write in progress.
 	OnTerminate func()
+	// NoLagLimit exempts the watcher from BufferSize: a fleet front's
+	// follower (Follow) may fall behind by a whole relist difference and
+	// catch up; the history window still bounds it (a cursor whose events
+	// were pruned is terminated).
+	NoLagLimit bool
 }
 
 // Watcher is one watch: a cursor into the hub's history.
@@ -509,7 +514,7 @@ func (w *Watcher) Next(stop <-chan struct{}, out []Out) ([]Out, error) {
 			return out, ErrTerminated
 		}
 		lag := head - cur
-		if lag > uint64(h.opts.BufferSize) && !w.initializing.Load() {
+		if lag > uint64(h.opts.BufferSize) && !w.initializing.Load() && !w.req.NoLagLimit {
 			// Fell behind while initial events were being sent (the
 			// publisher does not count those): same as a full buffer.
 			h.mu.RUnlock()
