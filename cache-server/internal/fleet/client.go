@@ -40,16 +40,29 @@ func NewClient(httpClient *http.Client, topo *topology.Topology, m *metrics.Metr
 
 // stream is an open shard response.
 type stream struct {
-	*shardwire.Reader
+	r    *shardwire.Reader
 	body io.ReadCloser
+	// ended: the answer's last record (end of a list, an error) was read.
+	ended bool
 }
 
-// Close ends the response. What is left of a finished answer (the end of
-// the chunked body) is read first, so the HTTP/1.1 connection goes back to
-// the pool instead of being closed; an answer abandoned midway (a
-// watch-list whose client left) closes its connection.
-func (s stream) Close() error {
-	_, _ = io.CopyN(io.Discard, s.body, 4<<10)
+// Next reads the next record.
+func (s *stream) Next() (shardwire.Record, error) {
+	rec, err := s.r.Next()
+	if err == nil && (rec.Kind == shardwire.KindEnd || rec.Kind == shardwire.KindError) {
+		s.ended = true
+	}
+	return rec, err
+}
+
+// Close ends the response. A finished answer is read to its end (the
+// chunked body's terminator) so the HTTP/1.1 connection goes back to the
+// pool; an unfinished one (a change stream, a scan whose client left) is
+// closed at once, which closes its connection.
+func (s *stream) Close() error {
+	if s.ended {
+		_, _ = io.CopyN(io.Discard, s.body, 4<<10)
+	}
 	return s.body.Close()
 }
 
@@ -57,7 +70,7 @@ func (s stream) Close() error {
 // when one cannot be reached. A replica that answers with an HTTP error
 // (authentication, authorization) is an answer, not a reason to try the
 // next one.
-func (c *Client) open(ctx context.Context, i int, path string, q url.Values) (stream, error) {
+func (c *Client) open(ctx context.Context, i int, path string, q url.Values) (*stream, error) {
 	sh := c.topo.Shards[i]
 	verb := strings.TrimPrefix(path, "/shard/v1/")
 	first := int(c.next[i].Add(1))
@@ -67,12 +80,12 @@ func (c *Client) open(ctx context.Context, i int, path string, q url.Values) (st
 		u := url.URL{Scheme: "https", Host: ep, Path: path, RawQuery: q.Encode()}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 		if err != nil {
-			return stream{}, err
+			return nil, err
 		}
 		resp, err := c.http.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
-				return stream{}, ctx.Err()
+				return nil, ctx.Err()
 			}
 			lastErr = err
 			continue
@@ -81,13 +94,13 @@ func (c *Client) open(ctx context.Context, i int, path string, q url.Values) (st
 			err := httpError(sh.Name, resp)
 			resp.Body.Close()
 			c.metrics.FleetShardCalls.WithLabelValues(sh.Name, verb, "error").Inc()
-			return stream{}, err
+			return nil, err
 		}
 		c.metrics.FleetShardCalls.WithLabelValues(sh.Name, verb, "ok").Inc()
-		return stream{Reader: shardwire.NewReader(resp.Body), body: resp.Body}, nil
+		return &stream{r: shardwire.NewReader(resp.Body), body: resp.Body}, nil
 	}
 	c.metrics.FleetShardCalls.WithLabelValues(sh.Name, verb, "unreachable").Inc()
-	return stream{}, apierrors.NewServiceUnavailable(fmt.Sprintf("shard %s is unreachable: %v", sh.Name, lastErr))
+	return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("shard %s is unreachable: %v", sh.Name, lastErr))
 }
 
 // httpError turns a shard's HTTP error (its auth filters answer with a

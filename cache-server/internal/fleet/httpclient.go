@@ -1,10 +1,12 @@
 package fleet
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"sync"
@@ -29,30 +31,7 @@ func newHTTPClient(cfg *rest.Config, caFile string, recheck time.Duration) (*htt
 	if _, err := roots.pool(); err != nil {
 		return nil, err
 	}
-	tlsCfg := &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		// Verification is done in VerifyConnection, against the bundle
-		// as it is on disk now (tls.Config.RootCAs cannot change).
-		InsecureSkipVerify: true, //nolint:gosec // verified below
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			pool, err := roots.pool()
-			if err != nil {
-				return err
-			}
-			if len(cs.PeerCertificates) == 0 {
-				return errors.New("shard presented no certificate")
-			}
-			inter := x509.NewCertPool()
-			for _, c := range cs.PeerCertificates[1:] {
-				inter.AddCert(c)
-			}
-			_, err = cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-				DNSName: cs.ServerName, Roots: pool, Intermediates: inter,
-				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-			})
-			return err
-		},
-	}
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if len(cfg.CertData) > 0 || cfg.CertFile != "" {
 		certData, keyData := cfg.CertData, cfg.KeyData
 		var err error
@@ -70,17 +49,41 @@ func newHTTPClient(cfg *rest.Config, caFile string, recheck time.Duration) (*htt
 		}
 		tlsCfg.Certificates = []tls.Certificate{pair}
 	}
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	transport := &http.Transport{
-		Proxy:           http.ProxyFromEnvironment,
-		TLSClientConfig: tlsCfg,
-		// HTTP/1.1: a shard answer is one bulk stream, which HTTP/2's
-		// framing and flow control only slow down (measured in
-		// docs/fleet.md); a connection per concurrent call is cheap
-		// between a front and its shards.
-		TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{},
-		MaxIdleConnsPerHost: 32,
-		IdleConnTimeout:     90 * time.Second,
-		TLSHandshakeTimeout: 10 * time.Second,
+		Proxy: http.ProxyFromEnvironment,
+		// Our own TLS dial: the shard's certificate is verified against
+		// the CA bundle as it is on disk now (tls.Config.RootCAs cannot
+		// change) and against the host dialled, name or IP. The short
+		// connect timeout lets a read fail over to another replica when a
+		// shard pod is gone. HTTP/1.1 (no HTTP/2 with a custom dial): a
+		// shard answer is one bulk stream, which HTTP/2's framing and flow
+		// control only slow down (docs/benchmarks.md, "Fleet").
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			raw, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			c := tlsCfg.Clone()
+			c.ServerName = host
+			c.InsecureSkipVerify = true //nolint:gosec // verified in VerifyConnection, against host
+			c.VerifyConnection = func(cs tls.ConnectionState) error { return roots.verify(cs, host) }
+			conn := tls.Client(raw, c)
+			hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := conn.HandshakeContext(hctx); err != nil {
+				raw.Close()
+				return nil, err
+			}
+			return conn, nil
+		},
+		MaxIdleConnsPerHost:   32,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: time.Minute,
 	}
 	// Bearer token (file), impersonation, user agent: client-go's own
 	// wrappers, so a rotated ServiceAccount token is picked up as it is
@@ -90,6 +93,26 @@ func newHTTPClient(cfg *rest.Config, caFile string, recheck time.Duration) (*htt
 		return nil, err
 	}
 	return &http.Client{Transport: rt}, nil
+}
+
+// verify checks a shard's certificate chain against the bundle and host.
+func (r *caFileRoots) verify(cs tls.ConnectionState, host string) error {
+	pool, err := r.pool()
+	if err != nil {
+		return err
+	}
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("shard presented no certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range cs.PeerCertificates[1:] {
+		inter.AddCert(c)
+	}
+	_, err = cs.PeerCertificates[0].Verify(x509.VerifyOptions{
+		DNSName: host, Roots: pool, Intermediates: inter,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+	return err
 }
 
 // caFileRoots is a CA bundle file, re-read at most every `every` when its

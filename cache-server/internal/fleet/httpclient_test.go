@@ -71,6 +71,26 @@ func TestHTTPClientFollowsCARotation(t *testing.T) {
 	if gotAuth != "Bearer front-token" {
 		t.Fatalf("Authorization %q, want the front's bearer token", gotAuth)
 	}
+	// A certificate of the trusted CA for another address is refused: the
+	// front's token must only go to the shard it dialled.
+	other, err := newCA.IssueServing("elsewhere", []string{"shard-9.example"}, []net.IP{net.ParseIP("10.0.0.9")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCert, err := tls.X509KeyPair(other.CertPEM, other.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	impostor := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("the impostor got a request with Authorization %q", r.Header.Get("Authorization"))
+	}))
+	impostor.TLS = &tls.Config{Certificates: []tls.Certificate{otherCert}}
+	impostor.StartTLS()
+	defer impostor.Close()
+	if resp, err := client.Get(impostor.URL); err == nil {
+		resp.Body.Close()
+		t.Fatal("a certificate for another host was accepted")
+	}
 	if _, err := NewHTTPClient(&rest.Config{}, filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Fatal("a missing CA file was accepted")
 	}

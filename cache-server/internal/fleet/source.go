@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
 	"github.com/cachetier/cachetier/cache-server/internal/front"
@@ -116,23 +117,42 @@ func (s *Source) WaitFresh(ctx context.Context, rv uint64) error {
 	if s.hub.LastRV() >= rv {
 		return nil
 	}
+	// The first shard that fails ends the wait for the others: its error
+	// (unreachable: 503) is the answer, not a timeout later.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	errs := make([]error, len(s.client.topo.Shards))
 	var wg sync.WaitGroup
 	for i := range s.client.topo.Shards {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = s.client.call(ctx, i, shardwire.PathWait, s.query("rv", strconv.FormatUint(rv, 10)))
+			if _, errs[i] = s.client.call(ctx, i, shardwire.PathWait, s.query("rv", strconv.FormatUint(rv, 10))); errs[i] != nil {
+				cancel()
+			}
 		}()
 	}
 	wg.Wait()
+	var first error
 	for _, err := range errs {
-		if err != nil {
-			if ctx.Err() != nil {
-				return &store.TooLargeResourceVersionError{RV: rv, Current: s.hub.LastRV(), Err: ctx.Err()}
-			}
-			return err
+		if err != nil && !errors.Is(err, context.Canceled) {
+			first = err
+			break
 		}
+	}
+	if first == nil {
+		for _, err := range errs {
+			if err != nil {
+				first = err
+				break
+			}
+		}
+	}
+	if first != nil {
+		if errors.Is(first, context.DeadlineExceeded) || errors.Is(first, context.Canceled) {
+			return &store.TooLargeResourceVersionError{RV: rv, Current: s.hub.LastRV(), Err: first}
+		}
+		return first
 	}
 	return s.hub.WaitFor(ctx, rv)
 }
@@ -144,6 +164,15 @@ func (s *Source) snapshotRV(rv uint64) uint64 {
 		return rv
 	}
 	return s.hub.LastRV()
+}
+
+// timedOut is err, or for a read that ran out of readTimeout the
+// apiserver's 504 for a request that took too long.
+func timedOut(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return apierrors.NewTimeoutError("reading from the fleet's shards took too long", 1)
+	}
+	return err
 }
 
 // readTimeout bounds a GET or a LIST page read from the shards (the
@@ -160,7 +189,7 @@ func (s *Source) Get(key string, snapshotRV uint64) (*store.Object, uint64, erro
 	defer cancel()
 	st, err := s.client.open(ctx, i, shardwire.PathList, s.query("key", key, "rv", strconv.FormatUint(rv, 10)))
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, timedOut(err)
 	}
 	defer st.Close()
 	var obj *store.Object
@@ -189,7 +218,7 @@ func (s *Source) List(req store.ListRequest) (store.ListResult, error) {
 	defer cancel()
 	m, err := s.openAll(ctx, req, rv)
 	if err != nil {
-		return store.ListResult{}, err
+		return store.ListResult{}, timedOut(err)
 	}
 	defer m.close()
 	res := store.ListResult{Items: []*store.Object{}, RV: rv}
@@ -318,7 +347,7 @@ func (s *Source) openAll(ctx context.Context, req store.ListRequest, rv uint64) 
 // cursor reads one shard's list stream.
 type cursor struct {
 	shard  int
-	s      stream
+	s      *stream
 	client *Client
 	head   *store.Object // nil once the end record was read
 	end    shardwire.Header

@@ -138,6 +138,13 @@ func (s *Server) ready(ctx context.Context, res *resource, read listparams.Read)
 		target = read.RV
 	}
 	if err := ing.WaitFresh(ctx, target); err != nil {
+		var tooLarge *store.TooLargeResourceVersionError
+		if ctx.Err() == nil && !errors.As(err, &tooLarge) {
+			// Not a wait that ran out of time (a fleet's shard that
+			// cannot be reached): its own status, not a 504.
+			s.observeWait(res, start, "error")
+			return 0, err
+		}
 		s.observeWait(res, start, "timeout")
 		s.opts.Log.Info("freshness wait timed out", "resource", res.label, "targetRV", target, "appliedRV", ing.AppliedRV(), "mode", read.Mode.String())
 		return 0, &store.TooLargeResourceVersionError{RV: target, Current: ing.AppliedRV(), Err: err}

@@ -71,7 +71,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		err = apierrors.NewNotFound(schema.GroupResource{Group: "cachetier.io", Resource: "cached-resources"}, id)
 	} else {
-		err = s.synced(r.Context(), res)
+		err = s.synced(r.Context(), res, verb == "watch")
 		if err == nil {
 			err = serve(r.Context(), out, res, r)
 		}
@@ -91,14 +91,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.metrics.ShardRequestDuration.WithLabelValues(verb, label).Observe(time.Since(start).Seconds())
 }
 
-// synced waits for the resource's initial load, as the front's readiness
-// does (429 while initializing, as the apiserver's cacher).
-func (s *Server) synced(ctx context.Context, res ingest.Resource) error {
+// synced answers 429 while the resource's initial load is not done, as
+// the apiserver's cacher does while it initializes — at once for reads, so
+// the front's client retries instead of waiting; a change stream waits for
+// the load (the front opens it once and keeps it).
+func (s *Server) synced(ctx context.Context, res ingest.Resource, wait bool) error {
+	if !wait {
+		select {
+		case <-res.Ingester.Synced():
+			return nil
+		default:
+			return apierrors.NewTooManyRequests("storage is (re)initializing", 1)
+		}
+	}
 	select {
 	case <-res.Ingester.Synced():
 		return nil
 	case <-ctx.Done():
-		return apierrors.NewTooManyRequests("storage is (re)initializing", 1)
+		return ctx.Err()
 	}
 }
 
@@ -177,7 +187,7 @@ func (s *Server) watch(ctx context.Context, out *shardwire.Writer, res ingest.Re
 	if err != nil {
 		return err
 	}
-	watcher, err := res.Hub.Watch(watch.Request{From: from})
+	watcher, err := res.Hub.Watch(watch.Request{From: from, NoLagLimit: true})
 	if err != nil {
 		return err
 	}
