@@ -2,7 +2,8 @@
 // resume: storage changes that no watcher saw, then a kube-apiserver whose
 // watch cache no longer reaches back to the tier's resourceVersion (410
 // Gone). The tier must relist and hand its own watchers the difference as
-// events, without disconnecting them.
+// events, without disconnecting them — standalone, and a fleet whose two
+// shards relist on their own behind a front.
 package relist
 
 import (
@@ -48,6 +49,7 @@ func TestMain(m *testing.M) {
 			}
 			return nil
 		},
+		FleetShards: 2,
 	}, func(e *tiertest.Env) { env = e }))
 }
 
@@ -55,17 +57,25 @@ func TestUpstreamRelistReachesWatchersAsEvents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	api := kubernetes.NewForConfigOrDie(env.Admin)
-	tier := kubernetes.NewForConfigOrDie(env.TierAdmin)
-
-	list, err := tier.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// The standalone tier and a fleet (two shards, each relisting on its
+	// own, behind a front) watch through the same upstream relist.
+	tiers := map[string]kubernetes.Interface{
+		"standalone": kubernetes.NewForConfigOrDie(env.TierAdmin),
+		"fleet":      kubernetes.NewForConfigOrDie(env.FleetAdmin),
 	}
-	w, err := tier.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true})
-	if err != nil {
-		t.Fatal(err)
+	watches := map[string]watch.Interface{}
+	for name, tier := range tiers {
+		list, err := tier.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := tier.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		watches[name] = w
 	}
-	defer w.Stop()
 
 	// The new state of cm-b and cm-d as JSON the apiserver can read back
 	// from etcd (its storage decoder recognizes JSON as well as protobuf).
@@ -108,50 +118,54 @@ func TestUpstreamRelistReachesWatchersAsEvents(t *testing.T) {
 	// not have: 410, relist, and the difference reaches our watcher on the
 	// same, still open stream.
 	want := map[string]watch.EventType{"cm-a": watch.Deleted, "cm-b": watch.Modified, "cm-d": watch.Added}
-	got := map[string]watch.EventType{}
-	deadline := time.After(90 * time.Second)
-	for len(got) < len(want) {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				t.Fatalf("the tier closed the watch during the upstream relist (got %v so far)", got)
-			}
-			if ev.Type == watch.Bookmark || ev.Type == watch.Error {
-				if ev.Type == watch.Error {
-					t.Fatalf("ERROR event: %v", ev.Object)
-				}
-				continue
-			}
-			cm := ev.Object.(*corev1.ConfigMap)
-			if _, dup := got[cm.Name]; dup {
-				t.Fatalf("second event for %s: %s", cm.Name, ev.Type)
-			}
-			got[cm.Name] = ev.Type
-			if cm.Name == "cm-b" && cm.Data["v"] != "changed behind the tier's back" {
-				t.Fatalf("MODIFIED cm-b carries %v", cm.Data)
-			}
-		case <-deadline:
-			t.Fatalf("after 90s got %v, want %v", got, want)
-		}
-	}
-	for name, typ := range want {
-		if got[name] != typ {
-			t.Errorf("%s: %s, want %s", name, got[name], typ)
-		}
-	}
-
-	// The tier now serves exactly the apiserver's state, and says it relisted.
 	apiList, err := api.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tierList, err := tier.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
+	for name, tier := range tiers {
+		t.Run(name, func(t *testing.T) {
+			got := map[string]watch.EventType{}
+			deadline := time.After(90 * time.Second)
+			for len(got) < len(want) {
+				select {
+				case ev, ok := <-watches[name].ResultChan():
+					if !ok {
+						t.Fatalf("the tier closed the watch during the upstream relist (got %v so far)", got)
+					}
+					if ev.Type == watch.Bookmark || ev.Type == watch.Error {
+						if ev.Type == watch.Error {
+							t.Fatalf("ERROR event: %v", ev.Object)
+						}
+						continue
+					}
+					cm := ev.Object.(*corev1.ConfigMap)
+					if _, dup := got[cm.Name]; dup {
+						t.Fatalf("second event for %s: %s", cm.Name, ev.Type)
+					}
+					got[cm.Name] = ev.Type
+					if cm.Name == "cm-b" && cm.Data["v"] != "changed behind the tier's back" {
+						t.Fatalf("MODIFIED cm-b carries %v", cm.Data)
+					}
+				case <-deadline:
+					t.Fatalf("after 90s got %v, want %v", got, want)
+				}
+			}
+			for name, typ := range want {
+				if got[name] != typ {
+					t.Errorf("%s: %s, want %s", name, got[name], typ)
+				}
+			}
+			// The tier now serves exactly the apiserver's state.
+			tierList, err := tier.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a, b := keysAndRVs(apiList), keysAndRVs(tierList); a != b {
+				t.Fatalf("after the relist the tier serves\n%s\nthe apiserver\n%s", b, a)
+			}
+		})
 	}
-	if a, b := keysAndRVs(apiList), keysAndRVs(tierList); a != b {
-		t.Fatalf("after the relist the tier serves\n%s\nthe apiserver\n%s", b, a)
-	}
+	// And the standalone tier says it relisted.
 	if m := metric(t, `cachetier_upstream_relists_total{reason="expired",resource="configmaps"}`); m == "" || m == "0" {
 		t.Fatalf("relist not counted: %q", m)
 	}
