@@ -1,5 +1,5 @@
 // Package watch tests WATCH and watch-list served by the tier (standalone,
-// and a fleet of shards behind a front)
+// and a fleet of two shards of two replicas each behind a front)
 // against a real kube-apiserver: raw streams compared with the apiserver's,
 // client-go informers (typed, dynamic, metadata; WatchListClient on and
 // off), kubectl get -w, controller-runtime, and a tier restart.
@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 	}
 	e, err := tiertest.Start(context.Background(), tiertest.Options{
 		ProfileName: "watch", Spec: profile(), ServiceClusterIPRange: "127.78.0.0/24", Seed: seed,
-		FleetShards: 2,
+		FleetShards: 2, FleetReplicas: 2,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/watch setup:", err)

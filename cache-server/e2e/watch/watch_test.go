@@ -483,7 +483,9 @@ func TestTierRestart(t *testing.T) {
 	inf := f.Core().V1().ConfigMaps().Informer()
 	counts := countAddsMinusDeletes(inf)
 	f.Start(ctx.Done())
-	defer f.Shutdown()
+	// Stop the informer before waiting for it: Shutdown waits for its
+	// goroutines, which end with ctx.
+	defer func() { cancel(); f.Shutdown() }()
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		t.Fatal("not synced")
 	}
@@ -660,32 +662,44 @@ func labelsEverything() labels.Selector { return labels.Everything() }
 func TestShardRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	restartsBefore := fleetRestarts(t)
+	restartsBefore := fleetRestarts(t, "watch-shard-1")
 	f := informers.NewSharedInformerFactory(kc(t, rest.CopyConfig(fleet.TierAdmin)), 0)
 	inf := f.Core().V1().ConfigMaps().Informer()
 	counts := countAddsMinusDeletes(inf)
 	f.Start(ctx.Done())
-	defer f.Shutdown()
+	// Stop the informer before waiting for it: Shutdown waits for its
+	// goroutines, which end with ctx.
+	defer func() { cancel(); f.Shutdown() }()
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		t.Fatal("not synced")
 	}
 	churn(t, ctx, 200, "shardrestart")
-	if err := standalone.RestartShard(1); err != nil {
+	// Changes while the whole shard is down: the restarted shard starts
+	// after them, so the front's watermark for it is older than anything
+	// the new shard can resume from.
+	if err := standalone.RestartShard(1, func() { churn(t, ctx, 100, "shardrestart") }); err != nil {
 		t.Fatal(err)
 	}
 	churn(t, ctx, 200, "shardrestart")
 	waitSame(t, ctx, map[string]cache.Store{"typed": inf.GetStore()})
 	checkAddsMinusDeletes(t, counts(), truth(t, ctx))
-	if after := fleetRestarts(t); after <= restartsBefore {
+	if after := fleetRestarts(t, "watch-shard-1"); after <= restartsBefore {
 		t.Errorf("cachetier_fleet_stream_restarts_total{reason=\"expired\"} for configmaps did not move (%v -> %v): the front did not notice the shard's restart", restartsBefore, after)
 	}
 }
 
 // fleetRestarts is the front's count of configmap change streams that had
-// to start over because shard 1 lost its history.
-func fleetRestarts(t *testing.T) float64 {
+// to start over because the shard lost its history.
+func fleetRestarts(t *testing.T, shard string) float64 {
+	return fleetStreamRestarts(t, shard, "expired")
+}
+
+// fleetStreamRestarts is the front's count of configmap change streams
+// from the shard that ended for the reason (error: reopened where they
+// were, possibly on another replica; expired: started over).
+func fleetStreamRestarts(t *testing.T, shard, reason string) float64 {
 	t.Helper()
-	v, err := fleet.Metric(`cachetier_fleet_stream_restarts_total{reason="expired",resource="configmaps",shard="watch-shard-1"}`)
+	v, err := fleet.Metric(`cachetier_fleet_stream_restarts_total{reason="` + reason + `",resource="configmaps",shard="` + shard + `"}`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -697,4 +711,56 @@ func fleetRestarts(t *testing.T) float64 {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// TestShardReplicaLoss: one replica of a shard goes away mid-stream (its
+// pod was deleted). The front fails over to the other replica for reads
+// and resumes the shard's change stream there from its watermark — no
+// reset, no watcher closed: informers stay identical to the apiserver,
+// without a duplicate or a missed object, and consistent LISTs keep
+// answering.
+func TestShardReplicaLoss(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	expiredBefore := fleetRestarts(t, "watch-shard-0")
+	reopenedBefore := fleetStreamRestarts(t, "watch-shard-0", "error")
+	f := informers.NewSharedInformerFactory(kc(t, rest.CopyConfig(fleet.TierAdmin)), 0)
+	inf := f.Core().V1().ConfigMaps().Informer()
+	counts := countAddsMinusDeletes(inf)
+	f.Start(ctx.Done())
+	// Stop the informer before waiting for it: Shutdown waits for its
+	// goroutines, which end with ctx.
+	defer func() { cancel(); f.Shutdown() }()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("not synced")
+	}
+	// Each replica of shard 0 in turn: whichever one the front's change
+	// stream was reading from, one of the two losses moves it over.
+	for _, r := range []int{0, 1} {
+		churn(t, ctx, 100, "replicaloss")
+		standalone.StopShardReplica(0, r)
+		churn(t, ctx, 100, "replicaloss")
+		waitSame(t, ctx, map[string]cache.Store{"typed": inf.GetStore()})
+		want := truth(t, ctx)
+		checkAddsMinusDeletes(t, counts(), want)
+		for i := range 5 {
+			l, err := kc(t, fleet.TierAdmin).CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatalf("consistent LIST %d with replica %d gone: %v", i, r, err)
+			}
+			if len(l.Items) != len(want) {
+				t.Fatalf("consistent LIST %d with replica %d gone: %d items, the apiserver has %d", i, r, len(l.Items), len(want))
+			}
+		}
+		// Back, with an empty cache and its history starting now.
+		if err := standalone.StartShardReplica(0, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := fleetStreamRestarts(t, "watch-shard-0", "error"); after <= reopenedBefore {
+		t.Errorf("the front's change stream from shard 0 was never reopened (%v -> %v): no failover was exercised", reopenedBefore, after)
+	}
+	if after := fleetRestarts(t, "watch-shard-0"); after != expiredBefore {
+		t.Errorf("the front reset its watchers (expired restarts %v -> %v) although a replica with the history was up", expiredBefore, after)
+	}
 }

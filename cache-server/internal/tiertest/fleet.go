@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -29,7 +30,7 @@ func (e *Env) startFleet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n := e.opts.FleetShards
+	n, replicas := e.opts.FleetShards, max(e.opts.FleetReplicas, 1)
 	if n > settings.HashShards {
 		return fmt.Errorf("%d shards for %d hash shards", n, settings.HashShards)
 	}
@@ -44,7 +45,7 @@ func (e *Env) startFleet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	errc := make(chan error, n+1)
+	errc := make(chan error, n*replicas+1)
 	e.fleetCtx = ctx
 	topo := &topology.Topology{HashShards: int32(settings.HashShards)}
 	first := 0
@@ -55,21 +56,28 @@ func (e *Env) startFleet(ctx context.Context) error {
 		if i < settings.HashShards%n {
 			size++
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
 		name := fmt.Sprintf("%s-shard-%d", e.opts.ProfileName, i)
-		topo.Shards = append(topo.Shards, topology.Shard{
-			Name: name, FirstHashShard: int32(first), LastHashShard: int32(first + size - 1), Replicas: 1,
-			Endpoints: []string{ln.Addr().String()},
-		})
-		sh := &fleetShard{cfg: shardrole.Config{
-			Name: name, Spec: e.opts.Spec, First: first, Last: first + size - 1,
-			Upstream: e.Admin, Listener: ln, Certificate: shardCert, Log: log.WithValues("shard", name),
-		}}
-		e.shards = append(e.shards, sh)
-		e.runShard(sh, errc)
+		ts := topology.Shard{Name: name, FirstHashShard: int32(first), LastHashShard: int32(first + size - 1), Replicas: int32(replicas)}
+		var group []*fleetShard
+		for r := range replicas {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			probe, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			ts.Endpoints = append(ts.Endpoints, ln.Addr().String())
+			sh := &fleetShard{cfg: shardrole.Config{
+				Name: name, Spec: e.opts.Spec, First: first, Last: first + size - 1,
+				Upstream: e.Admin, Listener: ln, ProbeListener: probe, Certificate: shardCert, Log: log.WithValues("shard", name, "replica", r),
+			}}
+			group = append(group, sh)
+			e.runShard(sh, errc)
+		}
+		topo.Shards = append(topo.Shards, ts)
+		e.shards = append(e.shards, group)
 		first += size
 	}
 	// The front's shard client as cache-server front builds it: the
@@ -127,20 +135,61 @@ func (e *Env) runShard(sh *fleetShard, errc chan<- error) {
 	}()
 }
 
-// RestartShard stops shard i of the fleet and starts a new one with an
-// empty cache on the same address, as a shard pod's restart would.
-func (e *Env) RestartShard(i int) error {
-	sh := e.shards[i]
-	addr := sh.cfg.Listener.Addr().String()
+// RestartShard stops every replica of shard i, runs whileDown (may be
+// nil), and starts new replicas with empty caches on the same addresses, as
+// a rollout of the whole shard would: the shard's history is gone.
+func (e *Env) RestartShard(i int, whileDown func()) error {
+	for r := range e.shards[i] {
+		e.StopShardReplica(i, r)
+	}
+	if whileDown != nil {
+		whileDown()
+	}
+	for r := range e.shards[i] {
+		if err := e.StartShardReplica(i, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// StopShardReplica stops replica r of shard i (its pod is gone).
+func (e *Env) StopShardReplica(i, r int) {
+	sh := e.shards[i][r]
 	sh.cancel()
 	<-sh.done
-	ln, err := net.Listen("tcp", addr)
+}
+
+// StartShardReplica starts a stopped replica again with an empty cache on
+// its addresses and waits until it is ready (its probe's /readyz).
+func (e *Env) StartShardReplica(i, r int) error {
+	sh := e.shards[i][r]
+	ln, err := net.Listen("tcp", sh.cfg.Listener.Addr().String())
 	if err != nil {
 		return err
 	}
-	sh.cfg.Listener = ln
+	probe, err := net.Listen("tcp", sh.cfg.ProbeListener.Addr().String())
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	sh.cfg.Listener, sh.cfg.ProbeListener = ln, probe
 	e.runShard(sh, nil)
-	return nil
+	url := "http://" + probe.Addr().String() + "/readyz"
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("shard %d replica %d not ready after 60s: %v", i, r, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Fleet is an Env whose tier is the fleet's front (Options.FleetShards):

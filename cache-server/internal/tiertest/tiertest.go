@@ -47,6 +47,9 @@ type Options struct {
 	// contiguous ranges, as the operator assigns them) and a front over
 	// them, all in this process on loopback (Env.FleetAdmin).
 	FleetShards int
+	// FleetReplicas is the number of replicas of each shard (default 1),
+	// all in the topology's endpoints.
+	FleetReplicas int
 }
 
 // Env is a running control plane plus tier.
@@ -71,7 +74,7 @@ type Env struct {
 	fleetCtx    context.Context
 	fleetCancel context.CancelFunc
 	fleetDone   sync.WaitGroup
-	shards      []*fleetShard
+	shards      [][]*fleetShard // [shard][replica]
 }
 
 // Start brings everything up; Stop tears it down.
