@@ -146,7 +146,8 @@ func (s *Server) list(ctx context.Context, out *shardwire.Writer, res ingest.Res
 	if err != nil {
 		return err
 	}
-	req := store.ListRequest{SnapshotRV: rv, Namespace: q.Get("namespace"), StartKeyExclusive: q.Get("after"), Limit: int64(limit), Match: match}
+	req := store.ListRequest{SnapshotRV: rv, Namespace: q.Get("namespace"), StartKeyExclusive: q.Get("after"), Limit: int64(limit), Match: match,
+		SkipCount: q.Get("count") == "false"}
 	if limit == 0 {
 		var werr error
 		snapRV, err := st.Scan(req, func(o *store.Object) bool {

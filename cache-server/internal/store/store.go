@@ -211,6 +211,10 @@ type ListRequest struct {
 	// Selector is Match as text, for a reader that evaluates it in
 	// another process (a fleet's shards); empty when Match is nil.
 	Selector Selector
+	// SkipCount leaves RemainingItemCount unset: the caller knows the
+	// count (a fleet's front holding a continue token's count) and the
+	// walk over the rest of the range would be wasted.
+	SkipCount bool
 }
 
 // Selector is a label and a field selector in their canonical text form
@@ -267,7 +271,7 @@ func (s *Store) List(req ListRequest) (ListResult, error) {
 	}
 	if hasMore {
 		res.ContinueKey = lastSelected
-		if req.Match == nil {
+		if req.Match == nil && !req.SkipCount {
 			n := int64(-1)
 			if req.RemainingAfterStart != nil {
 				n = *req.RemainingAfterStart - int64(len(res.Items))

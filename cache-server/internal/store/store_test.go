@@ -181,6 +181,29 @@ func TestListSelectorContinueWithoutMoreMatches(t *testing.T) {
 	}
 }
 
+// SkipCount keeps the page and its continuation and leaves the count to
+// the caller.
+func TestListSkipCount(t *testing.T) {
+	s := newStore(t, 3)
+	for i, name := range []string{"a", "b", "c"} {
+		mustApply(t, s, Added, &Object{Key: "ns/" + name, Namespace: "ns", Name: name, RV: uint64(i + 1)})
+	}
+	counted, err := s.List(ListRequest{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	skipped, err := s.List(ListRequest{Limit: 1, SkipCount: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counted.RemainingItemCount == nil || *counted.RemainingItemCount != 2 {
+		t.Fatalf("counted: %+v", counted)
+	}
+	if skipped.RemainingItemCount != nil || skipped.ContinueKey != counted.ContinueKey || len(skipped.Items) != 1 || skipped.Items[0] != counted.Items[0] {
+		t.Fatalf("skipped: %+v, counted %+v", skipped, counted)
+	}
+}
+
 // TestListAtSnapshotWhileWriting pages at a fixed RV while writes continue
 // and checks the pages describe exactly the state at that RV.
 func TestListAtSnapshotWhileWriting(t *testing.T) {
