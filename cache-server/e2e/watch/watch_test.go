@@ -478,17 +478,7 @@ func testInformers(t *testing.T) {
 func TestTierRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := rest.CopyConfig(env.TierAdmin)
-	f := informers.NewSharedInformerFactory(kc(t, cfg), 0)
-	inf := f.Core().V1().ConfigMaps().Informer()
-	counts := countAddsMinusDeletes(inf)
-	f.Start(ctx.Done())
-	// Stop the informer before waiting for it: Shutdown waits for its
-	// goroutines, which end with ctx.
-	defer func() { cancel(); f.Shutdown() }()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		t.Fatal("not synced")
-	}
+	inf, counts := countingInformer(t, ctx, env.TierAdmin)
 	churn(t, ctx, 200, "restart")
 	if err := env.RestartTier(context.Background()); err != nil {
 		t.Fatal(err)
@@ -496,6 +486,25 @@ func TestTierRestart(t *testing.T) {
 	churn(t, ctx, 200, "restart")
 	waitSame(t, ctx, map[string]cache.Store{"typed": inf.GetStore()})
 	checkAddsMinusDeletes(t, counts(), truth(t, ctx))
+}
+
+// countingInformer starts a configmap informer on cfg that counts adds
+// minus deletes per key (countAddsMinusDeletes), waits for it to sync, and
+// stops it when the test ends.
+func countingInformer(t *testing.T, ctx context.Context, cfg *rest.Config) (cache.SharedIndexInformer, func() map[string]int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	f := informers.NewSharedInformerFactory(kc(t, rest.CopyConfig(cfg)), 0)
+	inf := f.Core().V1().ConfigMaps().Informer()
+	counts := countAddsMinusDeletes(inf)
+	f.Start(ctx.Done())
+	// Stop the informer before waiting for it: Shutdown waits for its
+	// goroutines, which end with ctx.
+	t.Cleanup(func() { cancel(); f.Shutdown() })
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("not synced")
+	}
+	return inf, counts
 }
 
 // countAddsMinusDeletes counts, per key, the informer's adds minus its
@@ -663,16 +672,7 @@ func TestShardRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	restartsBefore := fleetRestarts(t, "watch-shard-1")
-	f := informers.NewSharedInformerFactory(kc(t, rest.CopyConfig(fleet.TierAdmin)), 0)
-	inf := f.Core().V1().ConfigMaps().Informer()
-	counts := countAddsMinusDeletes(inf)
-	f.Start(ctx.Done())
-	// Stop the informer before waiting for it: Shutdown waits for its
-	// goroutines, which end with ctx.
-	defer func() { cancel(); f.Shutdown() }()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		t.Fatal("not synced")
-	}
+	inf, counts := countingInformer(t, ctx, fleet.TierAdmin)
 	churn(t, ctx, 200, "shardrestart")
 	// Changes while the whole shard is down: the restarted shard starts
 	// after them, so the front's watermark for it is older than anything
@@ -724,16 +724,7 @@ func TestShardReplicaLoss(t *testing.T) {
 	defer cancel()
 	expiredBefore := fleetRestarts(t, "watch-shard-0")
 	reopenedBefore := fleetStreamRestarts(t, "watch-shard-0", "error")
-	f := informers.NewSharedInformerFactory(kc(t, rest.CopyConfig(fleet.TierAdmin)), 0)
-	inf := f.Core().V1().ConfigMaps().Informer()
-	counts := countAddsMinusDeletes(inf)
-	f.Start(ctx.Done())
-	// Stop the informer before waiting for it: Shutdown waits for its
-	// goroutines, which end with ctx.
-	defer func() { cancel(); f.Shutdown() }()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		t.Fatal("not synced")
-	}
+	inf, counts := countingInformer(t, ctx, fleet.TierAdmin)
 	// Each replica of shard 0 in turn: whichever one the front's change
 	// stream was reading from, one of the two losses moves it over.
 	for _, r := range []int{0, 1} {
