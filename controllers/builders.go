@@ -74,16 +74,9 @@ func (a ShardAssignment) HashShardRange() string { return fmt.Sprintf("%d-%d", a
 // Contiguous ranges mean a change of the shard count moves whole hash shards
 // and each shard's range can be passed as a single flag.
 func AssignHashShards(p *cachev1alpha1.CacheProfile) []ShardAssignment {
-	h, s := p.Spec.HashShards, p.Spec.Shards
-	out := make([]ShardAssignment, 0, s)
-	var next int32
-	for i := int32(0); i < s; i++ {
-		size := h / s
-		if i < h%s {
-			size++
-		}
-		out = append(out, ShardAssignment{Index: int(i), Name: shardName(p, int(i)), First: next, Last: next + size - 1})
-		next += size
+	var out []ShardAssignment
+	for i, r := range topology.Assign(p.Spec.HashShards, p.Spec.Shards) {
+		out = append(out, ShardAssignment{Index: i, Name: shardName(p, i), First: r.First, Last: r.Last})
 	}
 	return out
 }

@@ -89,3 +89,23 @@ func (t *Topology) ShardOf(h int) int {
 	}
 	return -1
 }
+
+// Range is one shard's contiguous hash shards, inclusive.
+type Range struct{ First, Last int32 }
+
+// Assign places hashShards hash shards on shards shards in contiguous
+// ranges whose sizes differ by at most one (the first hashShards%shards get
+// one more): the operator's assignment, which every fleet follows.
+func Assign(hashShards, shards int32) []Range {
+	out := make([]Range, 0, shards)
+	var next int32
+	for i := int32(0); i < shards; i++ {
+		size := hashShards / shards
+		if i < hashShards%shards {
+			size++
+		}
+		out = append(out, Range{First: next, Last: next + size - 1})
+		next += size
+	}
+	return out
+}

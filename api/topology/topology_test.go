@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -143,5 +144,28 @@ shards:
 	}
 	if _, err := Load(filepath.Join(dir, "missing.yaml")); !os.IsNotExist(err) {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// Assign covers every hash shard once, in contiguous ranges whose sizes
+// differ by at most one, the larger ones first; the result validates.
+func TestAssign(t *testing.T) {
+	for h := int32(1); h <= 20; h++ {
+		for s := int32(1); s <= h; s++ {
+			ranges := Assign(h, s)
+			topo := Topology{HashShards: h}
+			var next int32
+			for i, r := range ranges {
+				size := r.Last - r.First + 1
+				if r.First != next || size < h/s || size > h/s+1 || (size == h/s+1) != (int32(i) < h%s) {
+					t.Fatalf("Assign(%d, %d) = %v", h, s, ranges)
+				}
+				next = r.Last + 1
+				topo.Shards = append(topo.Shards, Shard{Name: fmt.Sprint(i), FirstHashShard: r.First, LastHashShard: r.Last, Endpoints: []string{"x:1"}})
+			}
+			if err := topo.Validate(); err != nil || next != h {
+				t.Fatalf("Assign(%d, %d) = %v: %v", h, s, ranges, err)
+			}
+		}
 	}
 }

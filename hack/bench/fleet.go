@@ -22,22 +22,11 @@ import (
 // `cache-server front` listening on addr (the flags the operator's pods
 // use), and waits until the front is ready.
 func startFleet(cp *controlplane.ControlPlane, admin *rest.Config, binary, flags, env, dir, profPath, addr string, shards, hashShards int) (*tierProc, error) {
-	ca, err := pki.NewCA("bench-fleet")
+	certs, err := pki.WriteServingFiles(dir, "bench-fleet", []string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")})
 	if err != nil {
 		return nil, err
 	}
-	kp, err := ca.IssueServing("bench-fleet", []string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")})
-	if err != nil {
-		return nil, err
-	}
-	certFile, keyFile, err := kp.WriteFiles(filepath.Join(dir, "tls"))
-	if err != nil {
-		return nil, err
-	}
-	caFile := filepath.Join(dir, "ca.crt")
-	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
-		return nil, err
-	}
+	certFile, keyFile, caFile := certs.CertFile, certs.KeyFile, certs.CAFile
 	var cmds []*exec.Cmd
 	var done []chan struct{}
 	stop := func() {
@@ -71,12 +60,7 @@ func startFleet(cp *controlplane.ControlPlane, admin *rest.Config, binary, flags
 		return nil
 	}
 	topo := topology.Topology{HashShards: int32(hashShards)}
-	first := 0
-	for i := range shards {
-		size := hashShards / shards
-		if i < hashShards%shards {
-			size++
-		}
+	for i, r := range topology.Assign(int32(hashShards), int32(shards)) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			stop()
@@ -85,14 +69,13 @@ func startFleet(cp *controlplane.ControlPlane, admin *rest.Config, binary, flags
 		shardAddr := ln.Addr().String()
 		ln.Close()
 		name := fmt.Sprintf("shard-%d", i)
-		topo.Shards = append(topo.Shards, topology.Shard{Name: name, FirstHashShard: int32(first), LastHashShard: int32(first + size - 1), Replicas: 1, Endpoints: []string{shardAddr}})
+		topo.Shards = append(topo.Shards, topology.Shard{Name: name, FirstHashShard: r.First, LastHashShard: r.Last, Replicas: 1, Endpoints: []string{shardAddr}})
 		if err := start(name, "shard", "--profile", profPath, "--kubeconfig", cp.AdminKubeconfig, "--shard-name", name,
-			fmt.Sprintf("--hash-shards=%d-%d", first, first+size-1), "--listen", shardAddr,
+			fmt.Sprintf("--hash-shards=%d-%d", r.First, r.Last), "--listen", shardAddr,
 			"--tls-cert-file", certFile, "--tls-private-key-file", keyFile); err != nil {
 			stop()
 			return nil, err
 		}
-		first += size
 	}
 	data, err := yaml.Marshal(topo)
 	if err != nil {
@@ -111,7 +94,7 @@ func startFleet(cp *controlplane.ControlPlane, admin *rest.Config, binary, flags
 	}
 	cfg := rest.CopyConfig(admin)
 	cfg.Host = "https://" + addr
-	cfg.CAData, cfg.CAFile = ca.CertPEM, ""
+	cfg.CAData, cfg.CAFile = certs.CAPEM, ""
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		stop()

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/cachetier/cachetier/api/topology"
@@ -61,41 +60,20 @@ func StartFleet(ctx context.Context, cp *controlplane.ControlPlane, opts FleetOp
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	profile := v1alpha1.CacheProfile{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "CacheProfile"},
-		ObjectMeta: metav1.ObjectMeta{Name: opts.Profile},
-		Spec:       opts.Spec,
-	}
-	if err := writeYAML(filepath.Join(dir, "profile.yaml"), profile); err != nil {
+	if err := writeProfile(filepath.Join(dir, "profile.yaml"), opts.Options); err != nil {
 		return nil, err
 	}
 	t.ProfileFile = filepath.Join(dir, "profile.yaml")
-	ca, err := pki.NewCA("cachetier-" + opts.Profile)
+	certs, err := pki.WriteServingFiles(dir, t.ServerName, []string{t.ServerName, "localhost"}, []net.IP{net.ParseIP(t.ClusterIP), net.ParseIP("127.0.0.1")})
 	if err != nil {
 		return nil, err
 	}
-	kp, err := ca.IssueServing(t.ServerName, []string{t.ServerName, "localhost"}, []net.IP{net.ParseIP(t.ClusterIP), net.ParseIP("127.0.0.1")})
-	if err != nil {
-		return nil, err
-	}
-	certFile, keyFile, err := kp.WriteFiles(filepath.Join(dir, "tls"))
-	if err != nil {
-		return nil, err
-	}
-	caFile := filepath.Join(dir, "ca.crt")
-	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
-		return nil, err
-	}
-	t.DirectCA = ca.CertPEM
+	certFile, keyFile, caFile := certs.CertFile, certs.KeyFile, certs.CAFile
+	t.DirectCA = certs.CAPEM
 
 	f := &Fleet{Tier: t}
 	topo := topology.Topology{HashShards: int32(hashShards)}
-	first := 0
-	for i := range opts.Shards {
-		size := hashShards / opts.Shards
-		if i < hashShards%opts.Shards {
-			size++
-		}
+	for i, r := range topology.Assign(int32(hashShards), int32(opts.Shards)) {
 		addr, err := freeLoopbackAddr()
 		if err != nil {
 			return nil, err
@@ -105,17 +83,16 @@ func StartFleet(ctx context.Context, cp *controlplane.ControlPlane, opts FleetOp
 			return nil, err
 		}
 		name := fmt.Sprintf("%s-shard-%d", opts.Profile, i)
-		topo.Shards = append(topo.Shards, topology.Shard{Name: name, FirstHashShard: int32(first), LastHashShard: int32(first + size - 1), Replicas: 1, Endpoints: []string{addr}})
+		topo.Shards = append(topo.Shards, topology.Shard{Name: name, FirstHashShard: r.First, LastHashShard: r.Last, Replicas: 1, Endpoints: []string{addr}})
 		_, log, err := cp.StartProcess(name, opts.Binary, "shard",
 			"--profile="+t.ProfileFile, "--kubeconfig="+cp.AdminKubeconfig, "--shard-name="+name,
-			fmt.Sprintf("--hash-shards=%d-%d", first, first+size-1), "--listen="+addr, "--metrics-listen="+metrics,
+			fmt.Sprintf("--hash-shards=%d-%d", r.First, r.Last), "--listen="+addr, "--metrics-listen="+metrics,
 			"--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile, "-v="+strconv.Itoa(opts.Verbosity))
 		if err != nil {
 			return nil, err
 		}
 		f.ShardMetricsURLs = append(f.ShardMetricsURLs, "http://"+metrics)
 		f.ShardLogs = append(f.ShardLogs, log)
-		first += size
 	}
 	topoFile := filepath.Join(dir, "topology.yaml")
 	if err := writeYAML(topoFile, topo); err != nil {

@@ -22,7 +22,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/yaml"
 
 	"github.com/cachetier/cachetier/api/v1alpha1"
 	"github.com/cachetier/cachetier/hack/controlplane"
@@ -97,17 +96,8 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*T
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	profile := v1alpha1.CacheProfile{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "CacheProfile"},
-		ObjectMeta: metav1.ObjectMeta{Name: opts.Profile},
-		Spec:       opts.Spec,
-	}
-	data, err := yaml.Marshal(profile)
-	if err != nil {
-		return nil, err
-	}
 	t.ProfileFile = filepath.Join(dir, "profile.yaml")
-	if err := os.WriteFile(t.ProfileFile, data, 0o600); err != nil {
+	if err := writeProfile(t.ProfileFile, opts); err != nil {
 		return nil, err
 	}
 	certDir := filepath.Join(dir, "certs")
@@ -139,6 +129,15 @@ func (t *Tier) register(ctx context.Context, opts Options) error {
 	return t.cp.RegisterAPIService(ctx, controlplane.APIServiceRegistration{
 		Group: t.Group, Version: "v1alpha1", Namespace: opts.Namespace, ServiceName: opts.ServiceName,
 		ClusterIP: t.ClusterIP, Port: int32(t.Port), CABundle: t.DirectCA,
+	})
+}
+
+// writeProfile writes the CacheProfile manifest the process reads.
+func writeProfile(path string, opts Options) error {
+	return writeYAML(path, v1alpha1.CacheProfile{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "CacheProfile"},
+		ObjectMeta: metav1.ObjectMeta{Name: opts.Profile},
+		Spec:       opts.Spec,
 	})
 }
 

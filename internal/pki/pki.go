@@ -14,6 +14,7 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -154,4 +155,29 @@ func SelfSignedServing(commonName string, hosts []string) (*CA, KeyPair, error) 
 	}
 	kp, err := ca.IssueServing(commonName, dns, ips)
 	return ca, kp, err
+}
+
+// ServingFiles is a CA and a serving certificate written to a directory.
+type ServingFiles struct {
+	CAPEM                     []byte
+	CAFile, CertFile, KeyFile string
+}
+
+// WriteServingFiles creates a CA and a serving certificate for dnsNames and
+// ips signed by it, and writes ca.crt, tls.crt and tls.key into dir: the
+// shape of the operator's serving Secret, for local fleets.
+func WriteServingFiles(dir, commonName string, dnsNames []string, ips []net.IP) (ServingFiles, error) {
+	ca, err := NewCA(commonName)
+	if err != nil {
+		return ServingFiles{}, err
+	}
+	kp, err := ca.IssueServing(commonName, dnsNames, ips)
+	if err != nil {
+		return ServingFiles{}, err
+	}
+	f := ServingFiles{CAPEM: ca.CertPEM, CAFile: filepath.Join(dir, "ca.crt")}
+	if f.CertFile, f.KeyFile, err = kp.WriteFiles(filepath.Join(dir, "tls")); err != nil {
+		return ServingFiles{}, err
+	}
+	return f, os.WriteFile(f.CAFile, ca.CertPEM, 0o600)
 }

@@ -48,16 +48,9 @@ func (e *Env) startFleet(ctx context.Context) error {
 	errc := make(chan error, n*replicas+1)
 	e.fleetCtx = ctx
 	topo := &topology.Topology{HashShards: int32(settings.HashShards)}
-	first := 0
-	for i := range n {
-		// Contiguous ranges, the first HashShards%n one larger (the
-		// operator's assignment).
-		size := settings.HashShards / n
-		if i < settings.HashShards%n {
-			size++
-		}
+	for i, rg := range topology.Assign(int32(settings.HashShards), int32(n)) {
 		name := fmt.Sprintf("%s-shard-%d", e.opts.ProfileName, i)
-		ts := topology.Shard{Name: name, FirstHashShard: int32(first), LastHashShard: int32(first + size - 1), Replicas: int32(replicas)}
+		ts := topology.Shard{Name: name, FirstHashShard: rg.First, LastHashShard: rg.Last, Replicas: int32(replicas)}
 		var group []*fleetShard
 		for r := range replicas {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -70,7 +63,7 @@ func (e *Env) startFleet(ctx context.Context) error {
 			}
 			ts.Endpoints = append(ts.Endpoints, ln.Addr().String())
 			sh := &fleetShard{cfg: shardrole.Config{
-				Name: name, Spec: e.opts.Spec, First: first, Last: first + size - 1,
+				Name: name, Spec: e.opts.Spec, First: int(rg.First), Last: int(rg.Last),
 				Upstream: e.Admin, Listener: ln, ProbeListener: probe, Certificate: shardCert, Log: log.WithValues("shard", name, "replica", r),
 			}}
 			group = append(group, sh)
@@ -78,7 +71,6 @@ func (e *Env) startFleet(ctx context.Context) error {
 		}
 		topo.Shards = append(topo.Shards, ts)
 		e.shards = append(e.shards, group)
-		first += size
 	}
 	// The front's shard client as cache-server front builds it: the
 	// shards' CA from a file, the front's own credentials.
