@@ -65,7 +65,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("resource")
 	w.Header().Set("Content-Type", shardwire.ContentType)
 	w.WriteHeader(http.StatusOK)
-	out := shardwire.NewWriter(flushWriter{w})
+	out := shardwire.NewWriter(flushWriter{w, http.NewResponseController(w)})
 	res, ok := s.resources[id]
 	var err error
 	if !ok {
@@ -291,12 +291,15 @@ func uintParam(v string) (uint64, error) {
 // flushWriter flushes the HTTP response after every write the shardwire
 // buffer makes (it writes in 64 KiB pieces and on Flush), so a front sees
 // each batch of events as soon as it is complete.
-type flushWriter struct{ w http.ResponseWriter }
+type flushWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
 
 func (f flushWriter) Write(p []byte) (int, error) {
 	n, err := f.w.Write(p)
 	if err == nil {
-		err = http.NewResponseController(f.w).Flush()
+		err = f.rc.Flush()
 	}
 	return n, err
 }
