@@ -755,3 +755,28 @@ func TestShardReplicaLoss(t *testing.T) {
 		t.Errorf("the front reset its watchers (expired restarts %v -> %v) although a replica with the history was up", expiredBefore, after)
 	}
 }
+
+// TestFleetConsistentReadOfAQuietResource: a consistent LIST of a resource
+// that did not change while another one did needs every shard to prove its
+// progress to the apiserver, and the front to see that proof on the change
+// stream it reads — from whichever replica of each shard that stream
+// comes. With two replicas per shard, asking the other replica to prove
+// progress made these reads time out.
+func TestFleetConsistentReadOfAQuietResource(t *testing.T) {
+	ctx := context.Background()
+	api, tier := kc(t, env.Admin), kc(t, fleet.TierAdmin)
+	for i := range 8 {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("quiet-%d", i), Namespace: nsName(0)}}
+		if _, err := api.CoreV1().ConfigMaps(nsName(0)).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		l, err := tier.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("consistent LIST of namespaces %d (%s): %v", i, time.Since(start).Round(time.Millisecond), err)
+		}
+		if len(l.Items) < namespaces {
+			t.Fatalf("LIST %d: %d namespaces", i, len(l.Items))
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -44,6 +45,8 @@ type stream struct {
 	body io.ReadCloser
 	// ended: the answer's last record (end of a list, an error) was read.
 	ended bool
+	// endpoint is the replica answering.
+	endpoint string
 }
 
 // Next reads the next record.
@@ -71,12 +74,23 @@ func (s *stream) Close() error {
 // (authentication, authorization) is an answer, not a reason to try the
 // next one.
 func (c *Client) open(ctx context.Context, i int, path string, q url.Values) (*stream, error) {
+	return c.openPreferring(ctx, i, "", path, q)
+}
+
+// openPreferring is open trying the replica at endpoint prefer first (when
+// set and in the topology), then the others.
+func (c *Client) openPreferring(ctx context.Context, i int, prefer, path string, q url.Values) (*stream, error) {
 	sh := c.topo.Shards[i]
 	verb := strings.TrimPrefix(path, "/shard/v1/")
-	first := int(c.next[i].Add(1))
+	endpoints := sh.Endpoints
+	if k := slices.Index(endpoints, prefer); k >= 0 {
+		endpoints = append([]string{prefer}, slices.Delete(slices.Clone(endpoints), k, k+1)...)
+	} else {
+		first := int(c.next[i].Add(1)) % len(endpoints)
+		endpoints = append(slices.Clone(endpoints[first:]), endpoints[:first]...)
+	}
 	var lastErr error
-	for k := range sh.Endpoints {
-		ep := sh.Endpoints[(first+k)%len(sh.Endpoints)]
+	for _, ep := range endpoints {
 		u := url.URL{Scheme: "https", Host: ep, Path: path, RawQuery: q.Encode()}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 		if err != nil {
@@ -97,7 +111,7 @@ func (c *Client) open(ctx context.Context, i int, path string, q url.Values) (*s
 			return nil, err
 		}
 		c.metrics.FleetShardCalls.WithLabelValues(sh.Name, verb, "ok").Inc()
-		return &stream{r: shardwire.NewReader(resp.Body), body: resp.Body}, nil
+		return &stream{r: shardwire.NewReader(resp.Body), body: resp.Body, endpoint: ep}, nil
 	}
 	c.metrics.FleetShardCalls.WithLabelValues(sh.Name, verb, "unreachable").Inc()
 	return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("shard %s is unreachable: %v", sh.Name, lastErr))
@@ -118,8 +132,8 @@ func httpError(shard string, resp *http.Response) error {
 }
 
 // call opens a request whose answer is one record (a watermark) or an error.
-func (c *Client) call(ctx context.Context, i int, path string, q url.Values) (shardwire.Record, error) {
-	s, err := c.open(ctx, i, path, q)
+func (c *Client) call(ctx context.Context, i int, prefer, path string, q url.Values) (shardwire.Record, error) {
+	s, err := c.openPreferring(ctx, i, prefer, path, q)
 	if err != nil {
 		return shardwire.Record{}, err
 	}

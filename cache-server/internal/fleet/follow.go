@@ -95,6 +95,8 @@ func (s *Source) stream(ctx context.Context, i int, from uint64, started func())
 		return err
 	}
 	defer st.Close()
+	s.setStreaming(i, st.endpoint)
+	defer s.setStreaming(i, "")
 	first := from == 0
 	for n := 0; ; n++ {
 		rec, err := st.Next()
@@ -176,6 +178,18 @@ func (s *Source) restart(i int, rv uint64) {
 	}
 	s.log.Info("shard stream restarted from now; watchers closed", "resource", s.label, "shard", s.client.topo.Shards[i].Name, "rv", floor)
 	s.flushLocked()
+}
+
+func (s *Source) setStreaming(i int, endpoint string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streaming[i] = endpoint
+}
+
+func (s *Source) streamingFrom(i int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.streaming[i]
 }
 
 func (s *Source) queued(i int) int {

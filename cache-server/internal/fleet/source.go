@@ -39,6 +39,9 @@ type Source struct {
 	starts  []uint64 // each stream's first watermark, before started
 	wm      []uint64 // per shard: every change up to it was received
 	queues  [][]store.Event
+	// streaming is, per shard, the endpoint of the replica its change
+	// stream is read from ("" while reconnecting).
+	streaming []string
 }
 
 var (
@@ -62,7 +65,7 @@ func NewSource(opts Options) *Source {
 		id: shardwire.ResourceID(opts.Entry.Resource.GVR), label: opts.Entry.Resource.String(),
 		client: opts.Client, metrics: opts.Metrics, log: opts.Log,
 		synced: make(chan struct{}),
-		starts: make([]uint64, n), wm: make([]uint64, n), queues: make([][]store.Event, n),
+		starts: make([]uint64, n), wm: make([]uint64, n), queues: make([][]store.Event, n), streaming: make([]string, n),
 	}
 	s.hub = watch.New(watch.Options{
 		Resource: s.label, Store: s, Metrics: opts.Metrics, Log: opts.Log,
@@ -100,7 +103,7 @@ func (s *Source) CurrentRV(ctx context.Context) (uint64, error) {
 	var err error
 	for i := range s.client.topo.Shards {
 		var rec shardwire.Record
-		if rec, err = s.client.call(ctx, i, shardwire.PathCurrentRV, s.query()); err == nil {
+		if rec, err = s.client.call(ctx, i, "", shardwire.PathCurrentRV, s.query()); err == nil {
 			return rec.Header.RV, nil
 		}
 		if ctx.Err() != nil {
@@ -127,7 +130,10 @@ func (s *Source) WaitFresh(ctx context.Context, rv uint64) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, errs[i] = s.client.call(ctx, i, shardwire.PathWait, s.query("rv", strconv.FormatUint(rv, 10))); errs[i] != nil {
+			// The replica whose change stream feeds the hub: it is the one
+			// whose progress the hub must see (another replica proving
+			// its own would not move the merged watermark).
+			if _, errs[i] = s.client.call(ctx, i, s.streamingFrom(i), shardwire.PathWait, s.query("rv", strconv.FormatUint(rv, 10))); errs[i] != nil {
 				cancel()
 			}
 		}()
