@@ -55,7 +55,7 @@ func storeObj(t testing.TB, obj any, key string) *store.Object {
 var serializer = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
 
 func TestObjectAndEnvelopeMatchSerializer(t *testing.T) {
-	p := NewProtobuf(1 << 20)
+	p := NewProtobuf(1<<20, nil)
 	pod := testPod(1)
 	o := storeObj(t, pod, "/ns/pod-001")
 	msg, err := p.Object(podGVK, o)
@@ -78,7 +78,7 @@ func TestObjectAndEnvelopeMatchSerializer(t *testing.T) {
 }
 
 func TestListMatchesSerializer(t *testing.T) {
-	p := NewProtobuf(1 << 20)
+	p := NewProtobuf(1<<20, nil)
 	rem := int64(7)
 	meta := metav1.ListMeta{ResourceVersion: "123", Continue: "tok", RemainingItemCount: &rem}
 	list := &corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, ListMeta: meta}
@@ -115,7 +115,7 @@ func TestListMatchesSerializer(t *testing.T) {
 }
 
 func TestMetadataList(t *testing.T) {
-	p := NewProtobuf(1 << 20)
+	p := NewProtobuf(1<<20, nil)
 	pod := testPod(3)
 	md, err := p.Metadata(storeObj(t, pod, "k"))
 	if err != nil {
@@ -150,7 +150,7 @@ func TestStatus(t *testing.T) {
 // TestWatchFrameDecodesWithClientGo decodes frames the way client-go's
 // watch does for a protobuf stream.
 func TestWatchFrameDecodesWithClientGo(t *testing.T) {
-	p := NewProtobuf(1 << 20)
+	p := NewProtobuf(1<<20, nil)
 	var stream bytes.Buffer
 	for i := range 3 {
 		msg, err := p.Object(podGVK, storeObj(t, testPod(i), fmt.Sprint(i)))
@@ -187,7 +187,7 @@ func resourceMust(s string) resource.Quantity { return resource.MustParse(s) }
 // TestCacheBounded: the cache never holds more than its budget, and entries
 // go away with their objects.
 func TestCacheBounded(t *testing.T) {
-	p := NewProtobuf(4 << 10)
+	p := NewProtobuf(4<<10, nil)
 	var keep []*store.Object
 	for i := range 200 {
 		o := storeObj(t, testPod(i%50), fmt.Sprint(i))
@@ -227,5 +227,72 @@ func TestWatchObjectFrameMatchesWatchFrame(t *testing.T) {
 				t.Fatalf("%s, %d-byte message: three-part frame differs from WatchFrame", typ, n)
 			}
 		}
+	}
+}
+
+// TestPathsAndLargeMessages: small messages are converted by the plan once
+// and then cached; large ones are converted on every use (into a pooled
+// buffer for Message) and never cached; JSON the plan refuses goes the
+// typed way with the typed path's answer. Every path is counted.
+func TestPathsAndLargeMessages(t *testing.T) {
+	counts := map[string]int{}
+	p := NewProtobuf(64<<20, func(path string) { counts[path]++ })
+	secretGVK := schema.GroupVersionKind{Version: "v1", Kind: "Secret"}
+	big := &corev1.Secret{TypeMeta: metav1.TypeMeta{Kind: "Secret", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: "ns"},
+		Data:       map[string][]byte{"blob": bytes.Repeat([]byte{1, 2, 3}, LargeMessageBytes)}}
+	o := storeObj(t, big, "/ns/big")
+	want, err := big.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		msg, release, err := p.Message(secretGVK, o, false)
+		if err != nil || !bytes.Equal(msg, want) {
+			t.Fatalf("Message: %v, equal %v", err, bytes.Equal(msg, want))
+		}
+		release()
+		got, err := p.Object(secretGVK, o)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("Object: %v, equal %v", err, bytes.Equal(got, want))
+		}
+	}
+	if n, _ := p.CacheStats(); n != 0 || counts[PathPlan] != 6 {
+		t.Fatalf("large message: %d cache entries, paths %v; want none cached, 6 plan conversions", n, counts)
+	}
+
+	small := storeObj(t, testPod(3), "/ns/pod-003")
+	for range 3 {
+		msg, release, err := p.Message(podGVK, small, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+		meta, release, err := p.Message(podGVK, small, true)
+		if err != nil || len(meta) == 0 {
+			t.Fatal(err)
+		}
+		release()
+		if obj, _ := p.Object(podGVK, small); !bytes.Equal(obj, msg) {
+			t.Fatal("Object and Message differ")
+		}
+	}
+	if n, _ := p.CacheStats(); n != 2 || counts[PathPlan] != 8 || counts[PathCached] != 7 {
+		t.Fatalf("small message: %d cache entries, paths %v; want 2 cached, 2 more plan conversions, 7 hits", n, counts)
+	}
+
+	// A duplicate member: the plan refuses, the typed decoder takes the
+	// last value.
+	dup := &store.Object{Key: "/ns/dup", Raw: []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","name":"b"}}`)}
+	msg, err := p.Object(podGVK, dup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pod corev1.Pod
+	if err := pod.Unmarshal(msg); err != nil || pod.Name != "b" || counts[PathTyped] != 1 {
+		t.Fatalf("typed fallback: %v, name %q, paths %v", err, pod.Name, counts)
+	}
+	if _, err := p.Object(podGVK, &store.Object{Key: "/ns/bad", Raw: []byte(`{"apiVersion":"v1","kind":"Pod","spec":{"priority":"high"}}`)}); err == nil {
+		t.Fatal("JSON the type does not accept converted without error")
 	}
 }

@@ -285,12 +285,21 @@ func encodeObject(res *resource, enc encoding, o *store.Object) ([]byte, error) 
 // protobufMessage is o's protobuf message in a protobuf enc (from the
 // front's cache when warm) and the type its envelope names.
 func protobufMessage(res *resource, enc encoding, o *store.Object) (apiVersion, kind string, msg []byte, err error) {
+	apiVersion, kind = protobufType(res, enc)
 	if enc == encProtobufPartialMetadata {
 		msg, err = res.protobuf.Metadata(o)
-		return "meta.k8s.io/v1", "PartialObjectMetadata", msg, err
+		return apiVersion, kind, msg, err
 	}
 	msg, err = res.protobuf.Object(res.GVR.GroupVersion().WithKind(res.APIResource.Kind), o)
-	return res.GVR.GroupVersion().String(), res.APIResource.Kind, msg, err
+	return apiVersion, kind, msg, err
+}
+
+// protobufType is what a protobuf enc's envelope names.
+func protobufType(res *resource, enc encoding) (apiVersion, kind string) {
+	if enc == encProtobufPartialMetadata {
+		return "meta.k8s.io/v1", "PartialObjectMetadata"
+	}
+	return res.GVR.GroupVersion().String(), res.APIResource.Kind
 }
 
 // encodeList is a whole LIST body in enc. Items are the stored bytes (JSON)

@@ -23,7 +23,7 @@ func benchConfigMaps(b *testing.B, n, size int) (*resource, []*store.Object) {
 		Resource:    Resource{Entry: catalog.Entry{}},
 		GVR:         schema.GroupVersionResource{Version: "v1", Resource: "configmaps"},
 		APIResource: metav1.APIResource{Name: "configmaps", Kind: "ConfigMap", Namespaced: true},
-		protobuf:    encoding_.NewProtobuf(encoding_.DefaultCacheBytes),
+		protobuf:    encoding_.NewProtobuf(encoding_.DefaultCacheBytes, nil),
 	}
 	payload := strings.Repeat("x", size)
 	objs := make([]*store.Object, n)
@@ -47,7 +47,7 @@ func benchList(b *testing.B, enc encoding, n, size int, warm bool) {
 	meta := metav1.ListMeta{ResourceVersion: "5000"}
 	if enc.isProtobuf() && !warm {
 		// A cache too small to hold anything: every LIST converts.
-		res.protobuf = encoding_.NewProtobuf(0)
+		res.protobuf = encoding_.NewProtobuf(0, nil)
 	}
 	if warm {
 		if _, err := encodeList(res, enc, meta, objs); err != nil {
@@ -84,7 +84,7 @@ func BenchmarkListProtobufWarm300x1MiB(b *testing.B) { benchList(b, encProtobuf,
 // One object, as a GET or a watch event encodes it.
 func BenchmarkObjectProtobufCold1KiB(b *testing.B) {
 	res, objs := benchConfigMaps(b, 1, 1024)
-	p := encoding_.NewProtobuf(0)
+	p := encoding_.NewProtobuf(0, nil)
 	gvk := res.GVR.GroupVersion().WithKind("ConfigMap")
 	b.ReportAllocs()
 	for b.Loop() {

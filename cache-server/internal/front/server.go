@@ -87,7 +87,7 @@ func New(opts Options) *Server {
 	if budget == 0 {
 		budget = encoding_.DefaultCacheBytes
 	}
-	pb := encoding_.NewProtobuf(budget)
+	pb := encoding_.NewProtobuf(budget, func(path string) { opts.Metrics.ProtobufConversions.WithLabelValues(path).Inc() })
 	bodies := newBodyWriters()
 	var list []*resource
 	for _, r := range opts.Resources {

@@ -280,10 +280,14 @@ func (ww *watchWriter) writeEvent(o watch.Out) error {
 	if ww.enc.isProtobuf() {
 		// The cached message goes out as is, between its frame's head
 		// and tail (encoding.WatchObjectFrame): no per-watcher copy.
-		apiVersion, kind, msg, err := protobufMessage(ww.res, ww.enc, obj)
+		// A large message is converted for this watcher alone, into a
+		// pooled buffer (encoding.Protobuf.Message).
+		apiVersion, kind := protobufType(ww.res, ww.enc)
+		msg, release, err := ww.res.protobuf.Message(ww.res.GVR.GroupVersion().WithKind(ww.res.APIResource.Kind), obj, ww.enc == encProtobufPartialMetadata)
 		if err != nil {
 			return err
 		}
+		defer release()
 		head, tail := encoding_.WatchObjectFrame(o.Type, apiVersion, kind, len(msg))
 		if _, err = ww.w.Write(head); err == nil {
 			if _, err = ww.w.Write(msg); err == nil {

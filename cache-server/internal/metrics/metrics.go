@@ -37,6 +37,8 @@ type Metrics struct {
 	FleetStreamRestarts  *prometheus.CounterVec   // resource, shard, reason
 	FleetWatermark       *prometheus.GaugeVec     // resource, shard
 
+	ProtobufConversions *prometheus.CounterVec // path: cached, plan, typed
+
 	AuthnConnCache *prometheus.CounterVec // result: hit, miss, bypass
 	MemoryReleased prometheus.Counter     // bytes returned to the OS after bulk loads
 }
@@ -126,6 +128,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"resource"}),
 	}
+	m.ProtobufConversions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_protobuf_messages_total",
+		Help: "Protobuf messages of objects served, by path: cached (converted earlier), plan (converted from the JSON by a per-type plan), typed (through the Go type: the plan refused the type or the JSON).",
+	}, []string{"path"})
 	m.AuthnConnCache = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_authn_connection_cache_total",
 		Help: "Authentications answered from the connection's cache (hit), by the delegated authenticators (miss), or not eligible for the cache (bypass: no client certificate, no cache on the server).",
@@ -156,7 +162,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		Help: "The resourceVersion up to which a front has every change of a shard; the front serves the minimum over shards.",
 	}, []string{"resource", "shard"})
 	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark)
-	reg.MustRegister(m.AuthnConnCache, m.MemoryReleased)
+	reg.MustRegister(m.AuthnConnCache, m.MemoryReleased, m.ProtobufConversions)
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
 	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes,
 		m.UpstreamEvents, m.UpstreamRelists, m.UpstreamWatchListFallbacks, m.UpstreamRV, m.UpstreamLatestRV,
