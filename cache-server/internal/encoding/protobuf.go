@@ -27,6 +27,7 @@ package encoding
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"reflect"
 	"sync"
 
@@ -66,7 +67,7 @@ type Protobuf struct {
 	decoder     runtime.Decoder
 	plans       *jsonproto.Plans
 	cache       *lru
-	buffers     sync.Pool // *[]byte for large messages written once (Message)
+	buffers     sync.Pool // *[]byte for the first conversion of a large message (WriteMessage)
 	conversions func(path string)
 }
 
@@ -108,6 +109,11 @@ type marshaler interface {
 const (
 	variantObject   uint8 = iota // the typed object's message
 	variantMetadata              // PartialObjectMetadata's message
+
+	// variantSizeOnly marks an entry holding only the length of a large
+	// message (a uvarint) that the plan converted: it is streamed again
+	// from the JSON (WriteMessage) instead of being cached.
+	variantSizeOnly uint8 = 0x80
 )
 
 var partialObjectMetadataType = reflect.TypeFor[metav1.PartialObjectMetadata]()
@@ -115,7 +121,7 @@ var partialObjectMetadataType = reflect.TypeFor[metav1.PartialObjectMetadata]()
 // Object returns the protobuf message of o as a gvk (no envelope). The
 // caller may keep it.
 func (p *Protobuf) Object(gvk schema.GroupVersionKind, o *store.Object) ([]byte, error) {
-	msg, _, err := p.message(gvk, o, variantObject, nil)
+	msg, _, err := p.message(gvk, o, variantObject, nil, false)
 	return msg, err
 }
 
@@ -123,52 +129,76 @@ func (p *Protobuf) Object(gvk schema.GroupVersionKind, o *store.Object) ([]byte,
 // envelope). It works for any object, custom resources included, as the
 // apiserver's metadata-only protobuf answers do.
 func (p *Protobuf) Metadata(o *store.Object) ([]byte, error) {
-	msg, _, err := p.message(schema.GroupVersionKind{}, o, variantMetadata, nil)
+	msg, _, err := p.message(schema.GroupVersionKind{}, o, variantMetadata, nil, false)
 	return msg, err
 }
 
-// Message is Object (metadataOnly false) or Metadata for a message that is
-// written once and dropped, as a watch event is: a large message is
-// converted into a pooled buffer, which release returns (call it once the
-// message is written; it must not be used after).
-func (p *Protobuf) Message(gvk schema.GroupVersionKind, o *store.Object, metadataOnly bool) (msg []byte, release func(), err error) {
+// WriteMessage writes o's message (Object, or Metadata when metadataOnly)
+// to w between the head and tail frame returns for its length: the way a
+// watch event goes out. A small message comes from the cache. A large one
+// is converted into a pooled buffer the first time (which proves the JSON
+// converts and fixes its size, kept in the cache in its place) and
+// streamed from the JSON in chunks afterwards: no buffer of its size per
+// watcher, and no second copy of large objects held next to their JSON.
+func (p *Protobuf) WriteMessage(w io.Writer, gvk schema.GroupVersionKind, o *store.Object, metadataOnly bool, frame func(msgLen int) (head, tail []byte)) error {
 	variant := variantObject
 	if metadataOnly {
 		variant = variantMetadata
+	}
+	if sized, ok := p.cache.get(o, variant|variantSizeOnly); ok {
+		if n, k := binary.Uvarint(sized); k > 0 {
+			if plan, err := p.plan(gvk, variant); err == nil {
+				p.conversions(PathPlan)
+				head, tail := frame(int(n))
+				if _, err := w.Write(head); err != nil {
+					return err
+				}
+				if err := plan.Write(w, o.Raw, int(n)); err != nil {
+					return err
+				}
+				_, err := w.Write(tail)
+				return err
+			}
+		}
 	}
 	buf, _ := p.buffers.Get().(*[]byte)
 	if buf == nil {
 		buf = new([]byte)
 	}
-	msg, pooled, err := p.message(gvk, o, variant, (*buf)[:0])
-	if !pooled {
-		p.buffers.Put(buf)
-		return msg, func() {}, err
+	defer p.buffers.Put(buf)
+	msg, inBuf, err := p.message(gvk, o, variant, (*buf)[:0], true)
+	if err != nil {
+		return err
 	}
-	return msg, func() {
+	if inBuf {
 		*buf = msg[:0]
-		p.buffers.Put(buf)
-	}, nil
+		p.cache.put(o, variant|variantSizeOnly, binary.AppendUvarint(nil, uint64(len(msg))))
+	}
+	head, tail := frame(len(msg))
+	for _, b := range [][]byte{head, msg, tail} {
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// message converts (or finds) o's message. With dst not nil, a large
-// message is appended to dst and not cached (inDst true).
-func (p *Protobuf) message(gvk schema.GroupVersionKind, o *store.Object, variant uint8, dst []byte) (msg []byte, inDst bool, err error) {
+// message converts (or finds) o's message. With useDst, a large message is
+// appended to dst and not cached (inDst true).
+func (p *Protobuf) message(gvk schema.GroupVersionKind, o *store.Object, variant uint8, dst []byte, useDst bool) (msg []byte, inDst bool, err error) {
 	if b, ok := p.cache.get(o, variant); ok {
 		p.conversions(PathCached)
 		return b, false, nil
 	}
-	rt := partialObjectMetadataType
-	if variant == variantObject {
-		if rt, err = p.goType(gvk); err != nil {
-			return nil, false, err
-		}
+	rt, err := p.goType(gvk, variant)
+	if err != nil {
+		return nil, false, err
 	}
 	if plan, perr := p.plans.For(rt); perr == nil {
 		large := false
 		out, err := plan.Convert(o.Raw, func(n int) []byte {
 			// Into dst only what will not be cached.
-			if large = n >= LargeMessageBytes; large && dst != nil {
+			if large = n >= LargeMessageBytes; large && useDst {
 				return dst
 			}
 			return make([]byte, 0, n)
@@ -176,7 +206,7 @@ func (p *Protobuf) message(gvk schema.GroupVersionKind, o *store.Object, variant
 		if err == nil {
 			p.conversions(PathPlan)
 			if large {
-				return out, dst != nil, nil
+				return out, useDst, nil
 			}
 			p.cache.put(o, variant, out)
 			return out, false, nil
@@ -193,7 +223,19 @@ func (p *Protobuf) message(gvk schema.GroupVersionKind, o *store.Object, variant
 	return b, false, nil
 }
 
-func (p *Protobuf) goType(gvk schema.GroupVersionKind) (reflect.Type, error) {
+func (p *Protobuf) plan(gvk schema.GroupVersionKind, variant uint8) (*jsonproto.Plan, error) {
+	rt, err := p.goType(gvk, variant)
+	if err != nil {
+		return nil, err
+	}
+	return p.plans.For(rt)
+}
+
+// goType is the Go type a variant's message is generated from.
+func (p *Protobuf) goType(gvk schema.GroupVersionKind, variant uint8) (reflect.Type, error) {
+	if variant == variantMetadata {
+		return partialObjectMetadataType, nil
+	}
 	rt, ok := scheme.Scheme.AllKnownTypes()[gvk]
 	if !ok {
 		return nil, fmt.Errorf("protobuf: %s has no Go type", gvk)

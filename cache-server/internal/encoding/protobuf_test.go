@@ -231,8 +231,8 @@ func TestWatchObjectFrameMatchesWatchFrame(t *testing.T) {
 }
 
 // TestPathsAndLargeMessages: small messages are converted by the plan once
-// and then cached; large ones are converted on every use (into a pooled
-// buffer for Message) and never cached; JSON the plan refuses goes the
+// and then cached; large ones are converted on every use (streamed from the
+// JSON by WriteMessage once their size is known) and never cached; JSON the plan refuses goes the
 // typed way with the typed path's answer. Every path is counted.
 func TestPathsAndLargeMessages(t *testing.T) {
 	counts := map[string]int{}
@@ -246,38 +246,39 @@ func TestPathsAndLargeMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	frame := func(n int) (head, tail []byte) { return WatchObjectFrame("ADDED", "v1", "Secret", n) }
+	head, tail := frame(len(want))
+	wantFrame := append(append(append([]byte(nil), head...), want...), tail...)
 	for range 3 {
-		msg, release, err := p.Message(secretGVK, o, false)
-		if err != nil || !bytes.Equal(msg, want) {
-			t.Fatalf("Message: %v, equal %v", err, bytes.Equal(msg, want))
+		var w bytes.Buffer
+		if err := p.WriteMessage(&w, secretGVK, o, false, frame); err != nil || !bytes.Equal(w.Bytes(), wantFrame) {
+			t.Fatalf("WriteMessage: %v, equal %v", err, bytes.Equal(w.Bytes(), wantFrame))
 		}
-		release()
 		got, err := p.Object(secretGVK, o)
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("Object: %v, equal %v", err, bytes.Equal(got, want))
 		}
 	}
-	if n, _ := p.CacheStats(); n != 0 || counts[PathPlan] != 6 {
-		t.Fatalf("large message: %d cache entries, paths %v; want none cached, 6 plan conversions", n, counts)
+	// Only the message's size is kept (after the first WriteMessage).
+	if n, size := p.CacheStats(); n != 1 || size > 1<<10 || counts[PathPlan] != 6 {
+		t.Fatalf("large message: %d cache entries of %d bytes, paths %v; want its size only, 6 plan conversions", n, size, counts)
 	}
 
 	small := storeObj(t, testPod(3), "/ns/pod-003")
 	for range 3 {
-		msg, release, err := p.Message(podGVK, small, false)
-		if err != nil {
+		var w, wm bytes.Buffer
+		none := func(int) (head, tail []byte) { return nil, nil }
+		if err := p.WriteMessage(&w, podGVK, small, false, none); err != nil {
 			t.Fatal(err)
 		}
-		release()
-		meta, release, err := p.Message(podGVK, small, true)
-		if err != nil || len(meta) == 0 {
+		if err := p.WriteMessage(&wm, podGVK, small, true, none); err != nil || wm.Len() == 0 {
 			t.Fatal(err)
 		}
-		release()
-		if obj, _ := p.Object(podGVK, small); !bytes.Equal(obj, msg) {
-			t.Fatal("Object and Message differ")
+		if obj, _ := p.Object(podGVK, small); !bytes.Equal(obj, w.Bytes()) {
+			t.Fatal("Object and WriteMessage differ")
 		}
 	}
-	if n, _ := p.CacheStats(); n != 2 || counts[PathPlan] != 8 || counts[PathCached] != 7 {
+	if n, _ := p.CacheStats(); n != 3 || counts[PathPlan] != 8 || counts[PathCached] != 7 {
 		t.Fatalf("small message: %d cache entries, paths %v; want 2 cached, 2 more plan conversions, 7 hits", n, counts)
 	}
 

@@ -280,20 +280,13 @@ func (ww *watchWriter) writeEvent(o watch.Out) error {
 	if ww.enc.isProtobuf() {
 		// The cached message goes out as is, between its frame's head
 		// and tail (encoding.WatchObjectFrame): no per-watcher copy.
-		// A large message is converted for this watcher alone, into a
-		// pooled buffer (encoding.Protobuf.Message).
+		// A large message is streamed from the JSON for this watcher
+		// (encoding.Protobuf.WriteMessage).
 		apiVersion, kind := protobufType(ww.res, ww.enc)
-		msg, release, err := ww.res.protobuf.Message(ww.res.GVR.GroupVersion().WithKind(ww.res.APIResource.Kind), obj, ww.enc == encProtobufPartialMetadata)
-		if err != nil {
-			return err
-		}
-		defer release()
-		head, tail := encoding_.WatchObjectFrame(o.Type, apiVersion, kind, len(msg))
-		if _, err = ww.w.Write(head); err == nil {
-			if _, err = ww.w.Write(msg); err == nil {
-				_, err = ww.w.Write(tail)
-			}
-		}
+		err := ww.res.protobuf.WriteMessage(ww.w, ww.res.GVR.GroupVersion().WithKind(ww.res.APIResource.Kind), obj, ww.enc == encProtobufPartialMetadata,
+			func(msgLen int) (head, tail []byte) {
+				return encoding_.WatchObjectFrame(o.Type, apiVersion, kind, msgLen)
+			})
 		return ww.sent(o.Type, err)
 	}
 	data, err := ww.encodeObject(obj)

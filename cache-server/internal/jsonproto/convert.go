@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,6 +66,39 @@ func (p *Plan) Convert(data []byte, alloc func(size int) []byte) ([]byte, error)
 	return out, nil
 }
 
+// Write writes the message of data to w in chunks, holding no buffer of the
+// message's size: the way to send a large message to one reader. size is
+// what converting the same data returned before (Convert, Append): a
+// different size is an error before anything is written. Converting before
+// also proved the JSON fits; an error after the first write is a failed
+// write to w (the caller must not use w for more of the same stream).
+func (p *Plan) Write(w io.Writer, data []byte, size int) error {
+	c := p.get()
+	defer p.put(c)
+	n, err := c.prepare(p.msg, data)
+	if err != nil {
+		return err
+	}
+	if n != size {
+		return fmt.Errorf("jsonproto: %s: sized %d, expected %d", p.msg.name, n, size)
+	}
+	c.w, c.written, c.werr = w, 0, nil
+	c.out = c.chunk[:0]
+	err = c.writeMessage(p.msg, 0)
+	c.flush()
+	c.chunk = c.out[:0]
+	c.out, c.w = nil, nil
+	switch {
+	case err != nil:
+		return err
+	case c.werr != nil:
+		return c.werr
+	case c.written != n:
+		return fmt.Errorf("jsonproto: %s: wrote %d bytes, sized %d", p.msg.name, c.written, n)
+	}
+	return nil
+}
+
 func (p *Plan) get() *converter {
 	if c, ok := p.pool.Get().(*converter); ok {
 		return c
@@ -78,6 +111,9 @@ func (p *Plan) put(c *converter) {
 	if cap(c.ix.nodes) > 1<<14 {
 		c.ix.nodes = nil
 	}
+	if cap(c.strBuf) > 1<<16 {
+		c.strBuf = nil
+	}
 	c.ix.data = nil
 	p.pool.Put(c)
 }
@@ -86,12 +122,55 @@ func (p *Plan) put(c *converter) {
 // its messages in the order they are written, scratch space for member
 // lookups and map key order, and the output.
 type converter struct {
-	ix    index
-	sizes []int            // message sizes in write order (the size pass fills, the write pass consumes)
-	next  int              // the write pass's position in sizes
-	arena []int32          // per-message member slots and sorted map entries, used as a stack
-	keys  map[int32][]byte // unescaped member names, by node
-	out   []byte
+	ix     index
+	sizes  []int            // message sizes in write order (the size pass fills, the write pass consumes)
+	next   int              // the write pass's position in sizes
+	arena  []int32          // per-message member slots and sorted map entries, used as a stack
+	keys   map[int32][]byte // unescaped member names, by node
+	strs   map[int32][2]int // unquoted string values, by node: their span in strBuf
+	strBuf []byte
+	out    []byte
+
+	// Streaming (Write): out is a chunk flushed to w when it fills, and
+	// large byte runs go to w directly.
+	w       io.Writer
+	werr    error
+	written int
+	chunk   []byte
+}
+
+// chunkBytes is how much a streaming conversion collects before writing.
+const chunkBytes = 32 << 10
+
+// flush writes what out holds (streaming only).
+func (c *converter) flush() {
+	if c.w == nil {
+		return
+	}
+	if c.werr == nil && len(c.out) > 0 {
+		var n int
+		n, c.werr = c.w.Write(c.out)
+		c.written += n
+	}
+	c.out = c.out[:0]
+}
+
+// putBytes appends b to the message; when streaming, a large b is written
+// to w as is (it is a slice of the JSON: no copy).
+func (c *converter) putBytes(b []byte) {
+	if c.w != nil && len(b) >= chunkBytes {
+		c.flush()
+		if c.werr == nil {
+			var n int
+			n, c.werr = c.w.Write(b)
+			c.written += n
+		}
+		return
+	}
+	c.out = append(c.out, b...)
+	if c.w != nil && len(c.out) >= chunkBytes {
+		c.flush()
+	}
 }
 
 // prepare indexes data and sizes its message.
@@ -104,6 +183,8 @@ func (c *converter) prepare(m *message, data []byte) (int, error) {
 	}
 	c.sizes, c.next, c.arena = c.sizes[:0], 0, c.arena[:0]
 	clear(c.keys)
+	clear(c.strs)
+	c.strBuf = c.strBuf[:0]
 	return c.sizeMessage(m, 0)
 }
 
@@ -346,15 +427,15 @@ func (c *converter) key(n int32) ([]byte, error) {
 	if k, ok := c.keys[n]; ok {
 		return k, nil
 	}
-	var s string
-	if err := json.Unmarshal(c.ix.data[nd.key0-1:nd.key1+1], &s); err != nil {
-		return nil, err
+	k, ok := unquote(nil, c.ix.data[nd.key0:nd.key1])
+	if !ok {
+		return nil, errNotFitting
 	}
 	if c.keys == nil {
 		c.keys = map[int32][]byte{}
 	}
-	c.keys[n] = []byte(s)
-	return c.keys[n], nil
+	c.keys[n] = k
+	return k, nil
 }
 
 // ---- values ----
@@ -391,7 +472,8 @@ func (c *converter) intOf(nd int32, k kind) (int64, error) {
 
 // str is a JSON string's value: its bytes when they need no unquoting,
 // otherwise what encoding/json makes of it (escapes resolved, invalid
-// UTF-8 replaced, control characters refused).
+// UTF-8 replaced, control characters refused), unquoted once per
+// conversion into the converter's string space.
 func (c *converter) str(nd int32) ([]byte, error) {
 	n := &c.ix.nodes[nd]
 	if n.kind != nString {
@@ -401,34 +483,20 @@ func (c *converter) str(nd int32) ([]byte, error) {
 	if !n.esc && plainString(raw) {
 		return raw, nil
 	}
-	var s string
-	if err := json.Unmarshal(c.ix.data[n.start-1:n.end+1], &s); err != nil {
-		return nil, err
+	if span, ok := c.strs[nd]; ok {
+		return c.strBuf[span[0]:span[1]:span[1]], nil
 	}
-	return []byte(s), nil
-}
-
-// plainString: no control characters and valid UTF-8, so the bytes are
-// the string.
-func plainString(b []byte) bool {
-	for i, x := range b {
-		if x < 0x20 {
-			return false
-		}
-		if x >= utf8.RuneSelf {
-			return utf8.Valid(b[i:]) && !hasControl(b[i:])
-		}
+	start := len(c.strBuf)
+	var ok bool
+	if c.strBuf, ok = unquote(c.strBuf, raw); !ok {
+		c.strBuf = c.strBuf[:start]
+		return nil, errNotFitting
 	}
-	return true
-}
-
-func hasControl(b []byte) bool {
-	for _, x := range b {
-		if x < 0x20 {
-			return true
-		}
+	if c.strs == nil {
+		c.strs = map[int32][2]int{}
 	}
-	return false
+	c.strs[nd] = [2]int{start, len(c.strBuf)}
+	return c.strBuf[start:len(c.strBuf):len(c.strBuf)], nil
 }
 
 // bytesLen is the decoded length of a base64 string.
@@ -606,6 +674,9 @@ func (c *converter) writeMessage(m *message, obj int32) error {
 		if err := c.writeField(f, c.fieldNode(f, base, i, obj)); err != nil {
 			return err
 		}
+		if c.w != nil && len(c.out) >= chunkBytes {
+			c.flush()
+		}
 	}
 	c.arena = c.arena[:base]
 	return nil
@@ -677,7 +748,7 @@ func (c *converter) writeValue(f *field, v value, nd int32, inList bool) error {
 	c.out = append(c.out, tag...)
 	c.out = appendVarint(c.out, uint64(n))
 	return c.leaf(v.kind, nd,
-		func(b []byte) { c.out = append(c.out, b...) },
+		c.putBytes,
 		func(num int, x uint64) {
 			c.out = append(c.out, byte(num<<3))
 			c.out = appendVarint(c.out, x)
@@ -685,7 +756,7 @@ func (c *converter) writeValue(f *field, v value, nd int32, inList bool) error {
 		func(num int, b []byte) {
 			c.out = append(c.out, byte(num<<3|2))
 			c.out = appendVarint(c.out, uint64(len(b)))
-			c.out = append(c.out, b...)
+			c.putBytes(b)
 		})
 }
 
@@ -704,7 +775,7 @@ func (c *converter) writeBytes(tag []byte, nd int32) error {
 			return err
 		}
 		c.out = appendVarint(c.out, uint64(len(b)))
-		c.out = append(c.out, b...)
+		c.putBytes(b)
 		return nil
 	}
 	l, err := c.bytesLen(nd)
@@ -712,11 +783,35 @@ func (c *converter) writeBytes(tag []byte, nd int32) error {
 		return err
 	}
 	c.out = appendVarint(c.out, uint64(l))
-	start := len(c.out)
-	c.out = slices.Grow(c.out, l)[:start+l]
-	got, err := base64.StdEncoding.Decode(c.out[start:], raw)
-	if err != nil {
-		return err
+	if c.w == nil {
+		start := len(c.out)
+		c.out = slices.Grow(c.out, l)[:start+l]
+		got, err := base64.StdEncoding.Decode(c.out[start:], raw)
+		if err != nil {
+			return err
+		}
+		if got != l {
+			return errNotFitting
+		}
+		return nil
+	}
+	// Streaming: decode a chunk at a time (whole quanta of 4 characters,
+	// so each chunk decodes on its own), flushing as the chunk fills.
+	got := 0
+	for len(raw) > 0 {
+		step := min(len(raw), chunkBytes/3*4)
+		start := len(c.out)
+		c.out = slices.Grow(c.out, step/4*3)[:start+step/4*3]
+		n, err := base64.StdEncoding.Decode(c.out[start:], raw[:step])
+		if err != nil {
+			return err
+		}
+		c.out = c.out[:start+n]
+		got += n
+		raw = raw[step:]
+		if len(c.out) >= chunkBytes {
+			c.flush()
+		}
 	}
 	if got != l {
 		return errNotFitting

@@ -3,9 +3,13 @@ package jsonproto
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand"
 	"reflect"
+	goruntime "runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -116,6 +120,10 @@ func TestMatchesTypedConversionForEveryKind(t *testing.T) {
 			if !bytes.Equal(got, want) {
 				t.Errorf("%s #%d: message differs from the typed conversion\njson: %s\ngot:  %x\nwant: %x", gvk, i, data, got, want)
 				continue
+			}
+			var streamed bytes.Buffer
+			if err := plan.Write(&streamed, data, len(want)); err != nil || !bytes.Equal(streamed.Bytes(), want) {
+				t.Errorf("%s #%d: Write: %v, equal %v", gvk, i, err, bytes.Equal(streamed.Bytes(), want))
 			}
 			var sized int
 			if _, err := plan.Convert(data, func(n int) []byte { sized = n; return nil }); err != nil || sized != len(want) {
@@ -242,4 +250,77 @@ func FuzzAppend(f *testing.F) {
 			}
 		}
 	})
+}
+
+// countingWriter records how a streaming conversion writes.
+type countingWriter struct {
+	bytes.Buffer
+	writes, largest int
+	failAfter       int // fail the write that would pass this many bytes (0: never)
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	if w.failAfter > 0 && w.Len()+len(b) > w.failAfter {
+		return 0, errors.New("client went away")
+	}
+	w.writes++
+	w.largest = max(w.largest, len(b))
+	return w.Buffer.Write(b)
+}
+
+// TestWriteStreams: Write sends large messages in chunks without a buffer
+// of their size (base64 decoded a chunk at a time, long strings written
+// from the JSON as they are), refuses a size that does not match before
+// writing, and reports a failing writer.
+func TestWriteStreams(t *testing.T) {
+	blob := bytes.Repeat([]byte{0xde, 0xad, 0xbe, 0xef, 0x01}, 600<<10)
+	secret := &corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Name: "s", Annotations: map[string]string{"big": strings.Repeat("a<b>", 20000)}},
+		Data:       map[string][]byte{"a": blob, "b": blob[:5], "c": blob[:100001]}}
+	cm := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: "cm"},
+		Data:       map[string]string{"x": strings.Repeat("0123456789", 100000), "y": "z"}}
+	plans := NewPlans()
+	for _, obj := range []runtime.Object{secret, cm} {
+		data, err := json.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := obj.(marshaler).Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := plans.For(reflect.TypeOf(obj).Elem())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w countingWriter
+		if err := plan.Write(&w, data, len(want)); err != nil || !bytes.Equal(w.Bytes(), want) {
+			t.Fatalf("%T: Write: %v, equal %v", obj, err, bytes.Equal(w.Bytes(), want))
+		}
+		if _, ok := obj.(*corev1.Secret); ok && w.writes < len(want)/(2*chunkBytes) {
+			// Base64 is decoded a chunk at a time (a long plain string, as
+			// in the ConfigMap, goes out in one write straight from the JSON).
+			t.Errorf("%T: %d writes for %d bytes: not streamed", obj, w.writes, len(want))
+		}
+		// Allocation per Write stays far below the message.
+		var before, after goruntime.MemStats
+		goruntime.ReadMemStats(&before)
+		for range 5 {
+			if err := plan.Write(io.Discard, data, len(want)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		goruntime.ReadMemStats(&after)
+		if per := (after.TotalAlloc - before.TotalAlloc) / 5; per > uint64(len(want))/8 {
+			t.Errorf("%T: Write allocated %d bytes per call for a %d-byte message", obj, per, len(want))
+		}
+		if err := plan.Write(&w, data, len(want)+1); err == nil {
+			t.Errorf("%T: Write with a wrong size succeeded", obj)
+		}
+		failing := &countingWriter{failAfter: len(want) / 2}
+		if err := plan.Write(failing, data, len(want)); err == nil || !strings.Contains(err.Error(), "went away") {
+			t.Errorf("%T: Write to a failing writer: %v", obj, err)
+		}
+	}
 }
