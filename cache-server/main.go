@@ -142,7 +142,7 @@ func runStandalone(args []string) error {
 	c := newCommon("standalone", "127.0.0.1:8443")
 	certDir := c.fs.String("cert-dir", "", "where a generated self-signed certificate and its CA are written")
 	hosts := c.fs.String("tls-hosts", "localhost,127.0.0.1", "comma-separated DNS names/IPs for a generated certificate")
-	protobufCache := c.fs.Int64("protobuf-cache-bytes", encoding.DefaultCacheBytes, "memory for protobuf encodings of cached objects, kept for protobuf clients (client-go's typed informers); a miss converts the stored JSON again; 0 = the default")
+	protobufCache := c.fs.Int64("protobuf-cache-bytes", encoding.DefaultCacheBytes, "memory for protobuf encodings of cached objects, kept for protobuf clients (client-go's typed informers); a miss converts the stored JSON again; messages of 64 KiB and more are never kept (streamed from the JSON); 0 = the default")
 	for _, a := range args {
 		if strings.HasPrefix(strings.TrimLeft(a, "-"), "metrics-listen") {
 			return fmt.Errorf("--metrics-listen is for the shard and front roles; standalone serves /metrics and its probes on its API port")
@@ -192,7 +192,7 @@ func runFront(args []string) error {
 	topoPath := c.fs.String("topology", "", "the fleet's topology (YAML): hash shard ranges and shard endpoints")
 	shardCA := c.fs.String("shard-ca-file", "", "CA that signed the shards' serving certificates")
 	apiGroup := c.fs.String("api-group", "", "the profile's aggregated API group (<profile>.cache.cachetier.io); checked against the profile")
-	protobufCache := c.fs.Int64("protobuf-cache-bytes", encoding.DefaultCacheBytes, "memory for protobuf encodings of objects, kept for protobuf clients; 0 = the default")
+	protobufCache := c.fs.Int64("protobuf-cache-bytes", encoding.DefaultCacheBytes, "memory for protobuf encodings of objects, kept for protobuf clients; messages of 64 KiB and more are never kept (streamed from the JSON); 0 = the default")
 	if err := c.setUp(args, true); err != nil {
 		return err
 	}

@@ -304,7 +304,7 @@ func setFeatureWatchListClient(on bool) {
 }
 
 // countingRT counts the watch-list and LIST requests that go through it,
-// and the responses other than 200 by status.
+// the responses other than 200 by status, and bodies that broke off.
 type countingRT struct {
 	next              http.RoundTripper
 	watchList, listed *atomic.Int64
@@ -329,11 +329,44 @@ func (c countingRT) RoundTrip(r *http.Request) (*http.Response, error) {
 		key = resp.Status
 	}
 	if key != "" {
-		c.mu.Lock()
-		c.statuses[key]++
-		c.mu.Unlock()
+		c.record(key)
+	}
+	if err == nil {
+		// A stream that breaks mid-body makes the reflector retry: keep
+		// why (the server's reset, a lost connection, ...).
+		resp.Body = &errRecordingBody{ReadCloser: resp.Body, ctx: r.Context(), record: c.record}
 	}
 	return resp, err
+}
+
+func (c countingRT) record(key string) {
+	c.mu.Lock()
+	c.statuses[key]++
+	c.mu.Unlock()
+}
+
+// errRecordingBody records the first read error of a body other than its
+// end or the client's own cancellation.
+type errRecordingBody struct {
+	io.ReadCloser
+	ctx    context.Context
+	record func(string)
+	failed bool
+	closed atomic.Bool // the client closed it (a watcher stopped): its read errors are its own
+}
+
+func (b *errRecordingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && !b.failed && b.ctx.Err() == nil && !b.closed.Load() {
+		b.failed = true
+		b.record("body read error: " + err.Error())
+	}
+	return n, err
+}
+
+func (b *errRecordingBody) Close() error {
+	b.closed.Store(true)
+	return b.ReadCloser.Close()
 }
 
 // rssSampler records the highest VmRSS of a process until stopped.
@@ -399,7 +432,7 @@ func measureWatchList(ctx context.Context, base *rest.Config, pid int, ns string
 		statusMu.Lock()
 		defer statusMu.Unlock()
 		if len(statuses) > 0 {
-			fmt.Fprintf(os.Stderr, "bench: responses other than 200 OK: %v\n", statuses)
+			fmt.Fprintf(os.Stderr, "bench: responses other than 200 OK, and broken bodies: %v\n", statuses)
 		}
 	}()
 	cfg := rest.CopyConfig(base)

@@ -2,6 +2,7 @@ package front
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -171,6 +172,7 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resourc
 			if err != nil && werr == nil && !errors.Is(err, watch.ErrTerminated) {
 				_ = ww.writeError(err)
 			}
+			s.logWatchEnd(r, res, enc, "initial events", n, cmp.Or(werr, err))
 			return http.StatusOK
 		}
 		watcher.InitialDone()
@@ -200,6 +202,7 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resourc
 				err = ww.writeEvent(o)
 			}
 			if err != nil {
+				s.logWatchEnd(r, res, enc, "events", 0, err)
 				return http.StatusOK
 			}
 		}
@@ -223,6 +226,20 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resourc
 			return http.StatusOK
 		}
 	}
+}
+
+// logWatchEnd logs a watch stream that ended early while its client was
+// still connected: an object that could not be encoded, or a watcher the
+// hub terminated during its initial events. A client that went away (its
+// request context is done) ends streams all the time and is not logged.
+// The client sees the stream end; a watch-list client then falls back to
+// a LIST, which is worth knowing about.
+func (s *Server) logWatchEnd(r *http.Request, res *resource, enc encoding, phase string, sent int, err error) {
+	if r.Context().Err() != nil || err == nil {
+		return
+	}
+	s.opts.Log.Info("watch stream ended early", "resource", res.label, "phase", phase, "eventsSent", sent,
+		"contentType", enc.contentType(), "userAgent", r.UserAgent(), "err", err.Error())
 }
 
 // watchWriter frames events as the apiserver's watch stream: one
