@@ -49,7 +49,12 @@ import (
 type watchOptions struct {
 	// midRun, when set, is called (once, in its own goroutine) when half
 	// the watch-list clients have synced: the tier's memory mid-run.
-	midRun            func(cfg *rest.Config)
+	midRun func(cfg *rest.Config)
+	// overBound, when set, is called (once, in its own goroutine) when the
+	// server's RSS first exceeds boundBytes: the memory of a run that
+	// breaks the bound, while it does.
+	overBound         func(cfg *rest.Config)
+	boundBytes        uint64
 	watchList, fanout bool
 
 	// watchlist
@@ -181,9 +186,15 @@ func benchWatchList(ctx context.Context, env *benchEnv, o options, wo *watchOpti
 				fmt.Fprintln(os.Stderr, "bench:", err)
 			}
 		}
+		wo.boundBytes = uint64(1.5*float64(wo.secrets)*float64(wo.secretKiB<<10)) + uint64(wo.clients)*2<<20
+		wo.overBound = func(cfg *rest.Config) {
+			if err := saveTierMemory(cfg, filepath.Join(o.profileDir, "watchlist-tier-over-bound"), false); err != nil {
+				fmt.Fprintln(os.Stderr, "bench:", err)
+			}
+		}
 	}
 	tierRes, err := measureWatchList(ctx, t.cfg, t.pid, ns, wo)
-	wo.midRun = nil
+	wo.midRun, wo.overBound = nil, nil
 	t.stop()
 	if err != nil {
 		return nil, nil, fmt.Errorf("tier: %w", err)
@@ -471,6 +482,18 @@ func measureWatchList(ctx context.Context, base *rest.Config, pid int, ns string
 		fmt.Fprintln(os.Stderr, "bench: cannot reset VmHWM:", err)
 	}
 	sampler := sampleRSS(pid, wo.rssInterval)
+	if wo.overBound != nil {
+		go func() {
+			for sampler.peak.Load() <= wo.boundBytes {
+				select {
+				case <-sampler.done:
+					return
+				case <-time.After(wo.rssInterval):
+				}
+			}
+			wo.overBound(cfg)
+		}()
+	}
 	cpu0 := cpuTicks(pid)
 	times := make([]time.Duration, wo.clients)
 	errs := make([]error, wo.clients)

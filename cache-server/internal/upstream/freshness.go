@@ -230,11 +230,17 @@ func (in *Ingester) doProbe(ctx context.Context) (uint64, error) {
 				return in.AppliedRV(), nil
 			}
 			// The watch ran to its timeout without a bookmark although the
-			// apiserver is past our RV: it serves this resource without a
-			// watch cache, and etcd-backed watches carry no bookmarks. Only
-			// a fresh read of the whole state proves progress then.
+			// apiserver is past our RV. Either it serves this resource
+			// without a watch cache (etcd-backed watches carry no
+			// bookmarks; only a fresh read of the whole state proves
+			// progress then) or its bookmark was late: an apiserver short
+			// of CPU misses the pre-timeout bookmark now and then.
+			misses := in.probeMisses.Add(1)
+			if !bookmarklessAfter(in.sawBookmark.Load(), misses) {
+				return 0, fmt.Errorf("progress probe from RV %d ended without a bookmark (%d in a row); the apiserver's bookmark was late", from, misses)
+			}
 			in.bookmarkless.Store(true)
-			in.opts.Log.Info("upstream sends no bookmarks for this resource (no watch cache in the apiserver); consistent reads will re-read it when its stream is quiet", "resource", in.res)
+			in.opts.Log.Info("upstream sends no bookmarks for this resource (no watch cache in the apiserver); consistent reads will re-read it when its stream is quiet", "resource", in.res, "probesWithoutBookmark", misses)
 			return in.relistProbe(ctx)
 		}
 		if err != nil {
@@ -244,6 +250,7 @@ func (in *Ingester) doProbe(ctx context.Context) (uint64, error) {
 			return 0, err
 		}
 		if ev.Type == "BOOKMARK" {
+			in.probeMisses.Store(0)
 			return in.AppliedRV(), nil
 		}
 	}
@@ -265,4 +272,22 @@ func (in *Ingester) relistProbe(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	return in.AppliedRV(), nil
+}
+
+// probeMissesForBookmarkless is how many progress probes in a row must end
+// without a bookmark before a resource that never showed one is taken to be
+// served without a watch cache.
+const probeMissesForBookmarkless = 3
+
+// bookmarklessAfter decides, after a progress probe ended without a
+// bookmark (misses in a row), whether the apiserver serves the resource
+// without a watch cache. A resource that ever carried a bookmark (on the
+// main stream or a probe) is served from the watch cache: its missing
+// bookmark was late, and re-reading the whole resource — what a
+// bookmarkless resource costs per quiet consistent read — would be the
+// wrong answer (under load it doubled the tier's memory: a 130 MiB
+// resource read again while 64 watch-lists streamed it). Otherwise one
+// late bookmark is not enough to decide.
+func bookmarklessAfter(sawBookmark bool, misses int32) bool {
+	return !sawBookmark && misses >= probeMissesForBookmarkless
 }

@@ -81,6 +81,12 @@ type Ingester struct {
 	// the streams show: any periodic bookmark clears it, a probe that
 	// should have got one and did not sets it.
 	bookmarkless atomic.Bool
+	// sawBookmark: a bookmark other than a watch-list's initial-events-end
+	// arrived (periodic, or on a probe): the apiserver serves this resource
+	// from its watch cache. probeMisses counts progress probes in a row
+	// that ended without one (bookmarklessAfter).
+	sawBookmark atomic.Bool
+	probeMisses atomic.Int32
 	// latestRV is the newest RV the apiserver reported (RV fetches).
 	latestRV atomic.Uint64
 
@@ -383,8 +389,11 @@ func (in *Ingester) handle(ev rawEvent) error {
 		if err != nil {
 			return err
 		}
-		if !initialEnd && in.bookmarkless.Swap(false) {
-			in.opts.Log.Info("upstream sends bookmarks for this resource after all", "resource", in.res)
+		if !initialEnd {
+			in.sawBookmark.Store(true)
+			if in.bookmarkless.Swap(false) {
+				in.opts.Log.Info("upstream sends bookmarks for this resource after all", "resource", in.res)
+			}
 		}
 		in.opts.Metrics.UpstreamLatestRV.WithLabelValues(in.res).Set(float64(rv))
 		in.markProgress(rv)
