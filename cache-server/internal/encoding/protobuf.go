@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -67,7 +66,6 @@ type Protobuf struct {
 	decoder     runtime.Decoder
 	plans       *jsonproto.Plans
 	cache       *lru
-	buffers     sync.Pool // *[]byte for the first conversion of a large message (WriteMessage)
 	conversions func(path string)
 }
 
@@ -121,58 +119,49 @@ var partialObjectMetadataType = reflect.TypeFor[metav1.PartialObjectMetadata]()
 // Object returns the protobuf message of o as a gvk (no envelope). The
 // caller may keep it.
 func (p *Protobuf) Object(gvk schema.GroupVersionKind, o *store.Object) ([]byte, error) {
-	msg, _, err := p.message(gvk, o, variantObject, nil, false)
-	return msg, err
+	return p.message(gvk, o, variantObject)
 }
 
 // Metadata returns the protobuf message of o as a PartialObjectMetadata (no
 // envelope). It works for any object, custom resources included, as the
 // apiserver's metadata-only protobuf answers do.
 func (p *Protobuf) Metadata(o *store.Object) ([]byte, error) {
-	msg, _, err := p.message(schema.GroupVersionKind{}, o, variantMetadata, nil, false)
-	return msg, err
+	return p.message(schema.GroupVersionKind{}, o, variantMetadata)
 }
 
 // WriteMessage writes o's message (Object, or Metadata when metadataOnly)
 // to w between the head and tail frame returns for its length: the way a
-// watch event goes out. A small message comes from the cache. A large one
-// is converted into a pooled buffer the first time (which proves the JSON
-// converts and fixes its size, kept in the cache in its place) and
-// streamed from the JSON in chunks afterwards: no buffer of its size per
-// watcher, and no second copy of large objects held next to their JSON.
+// watch event goes out. A small message comes from the cache (converted
+// once). A large one is streamed from the JSON in chunks (jsonproto's
+// Plan.Write): no buffer of its size per watcher, and no second copy of
+// large objects held next to their JSON. Its first use sizes it and
+// converts it once into io.Discard, which proves the JSON converts before
+// any byte reaches a client (a failure half-way would break the stream);
+// the cache then keeps only its size.
 func (p *Protobuf) WriteMessage(w io.Writer, gvk schema.GroupVersionKind, o *store.Object, metadataOnly bool, frame func(msgLen int) (head, tail []byte)) error {
 	variant := variantObject
 	if metadataOnly {
 		variant = variantMetadata
 	}
-	if sized, ok := p.cache.get(o, variant|variantSizeOnly); ok {
-		if n, k := binary.Uvarint(sized); k > 0 {
-			if plan, err := p.plan(gvk, variant); err == nil {
-				p.conversions(PathPlan)
-				head, tail := frame(int(n))
-				if _, err := w.Write(head); err != nil {
-					return err
-				}
-				if err := plan.Write(w, o.Raw, int(n)); err != nil {
-					return err
-				}
-				_, err := w.Write(tail)
-				return err
-			}
+	msg, cached := p.cache.get(o, variant)
+	if cached {
+		p.conversions(PathCached)
+	} else if plan, n, ok := p.streamable(gvk, o, variant); ok {
+		p.conversions(PathPlan)
+		head, tail := frame(n)
+		if _, err := w.Write(head); err != nil {
+			return err
 		}
-	}
-	buf, _ := p.buffers.Get().(*[]byte)
-	if buf == nil {
-		buf = new([]byte)
-	}
-	defer p.buffers.Put(buf)
-	msg, inBuf, err := p.message(gvk, o, variant, (*buf)[:0], true)
-	if err != nil {
+		if err := plan.Write(w, o.Raw, n); err != nil {
+			return err
+		}
+		_, err := w.Write(tail)
 		return err
-	}
-	if inBuf {
-		*buf = msg[:0]
-		p.cache.put(o, variant|variantSizeOnly, binary.AppendUvarint(nil, uint64(len(msg))))
+	} else {
+		var err error
+		if msg, err = p.message(gvk, o, variant); err != nil {
+			return err
+		}
 	}
 	head, tail := frame(len(msg))
 	for _, b := range [][]byte{head, msg, tail} {
@@ -183,44 +172,57 @@ func (p *Protobuf) WriteMessage(w io.Writer, gvk schema.GroupVersionKind, o *sto
 	return nil
 }
 
-// message converts (or finds) o's message. With useDst, a large message is
-// appended to dst and not cached (inDst true).
-func (p *Protobuf) message(gvk schema.GroupVersionKind, o *store.Object, variant uint8, dst []byte, useDst bool) (msg []byte, inDst bool, err error) {
+// streamable reports whether o's message is large and the plan converts
+// it, with the plan and the message's size.
+func (p *Protobuf) streamable(gvk schema.GroupVersionKind, o *store.Object, variant uint8) (*jsonproto.Plan, int, bool) {
+	plan, err := p.plan(gvk, variant)
+	if err != nil {
+		return nil, 0, false
+	}
+	if sized, ok := p.cache.get(o, variant|variantSizeOnly); ok {
+		if n, k := binary.Uvarint(sized); k > 0 {
+			return plan, int(n), true
+		}
+	}
+	n, err := plan.Size(o.Raw)
+	if err != nil || n < LargeMessageBytes {
+		return nil, 0, false
+	}
+	if err := plan.Write(io.Discard, o.Raw, n); err != nil {
+		return nil, 0, false
+	}
+	p.cache.put(o, variant|variantSizeOnly, binary.AppendUvarint(nil, uint64(n)))
+	return plan, n, true
+}
+
+// message converts (or finds) o's message; small ones are cached.
+func (p *Protobuf) message(gvk schema.GroupVersionKind, o *store.Object, variant uint8) ([]byte, error) {
 	if b, ok := p.cache.get(o, variant); ok {
 		p.conversions(PathCached)
-		return b, false, nil
+		return b, nil
 	}
 	rt, err := p.goType(gvk, variant)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	if plan, perr := p.plans.For(rt); perr == nil {
-		large := false
-		out, err := plan.Convert(o.Raw, func(n int) []byte {
-			// Into dst only what will not be cached.
-			if large = n >= LargeMessageBytes; large && useDst {
-				return dst
-			}
-			return make([]byte, 0, n)
-		})
-		if err == nil {
+		if out, err := plan.Append(nil, o.Raw); err == nil {
 			p.conversions(PathPlan)
-			if large {
-				return out, useDst, nil
+			if len(out) < LargeMessageBytes {
+				p.cache.put(o, variant, out)
 			}
-			p.cache.put(o, variant, out)
-			return out, false, nil
+			return out, nil
 		}
 	}
 	// The plan refused the type or this JSON: the typed path decides (and
 	// reports the error, if the JSON is not what the type accepts).
 	b, err := p.typed(gvk, rt, o, variant)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	p.conversions(PathTyped)
 	p.cache.put(o, variant, b)
-	return b, false, nil
+	return b, nil
 }
 
 func (p *Protobuf) plan(gvk schema.GroupVersionKind, variant uint8) (*jsonproto.Plan, error) {

@@ -28,49 +28,40 @@ type Plan struct {
 // JSON does not fit the plan (or is not JSON), and the typed conversion
 // decides what it means.
 func (p *Plan) Append(dst, data []byte) ([]byte, error) {
-	start := len(dst)
-	var grown []byte
-	out, err := p.Convert(data, func(n int) []byte {
-		grown = slices.Grow(dst, n)
-		return grown[start:start]
-	})
-	if err != nil {
-		return dst, err
-	}
-	return grown[:start+len(out)], nil
-}
-
-// Convert sizes the message of data, asks alloc for a buffer of zero length
-// and at least that capacity, and writes the message into it.
-func (p *Plan) Convert(data []byte, alloc func(size int) []byte) ([]byte, error) {
 	c := p.get()
 	defer p.put(c)
 	n, err := c.prepare(p.msg, data)
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
-	buf := alloc(n)
-	if cap(buf) < n {
-		buf = make([]byte, 0, n)
-	}
-	c.out = buf[:0]
+	start := len(dst)
+	c.out = slices.Grow(dst, n)
 	err = c.writeMessage(p.msg, 0)
 	out := c.out
 	c.out = nil
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
-	if len(out) != n {
-		return nil, fmt.Errorf("jsonproto: %s: wrote %d bytes, sized %d", p.msg.name, len(out), n)
+	if len(out)-start != n {
+		return dst, fmt.Errorf("jsonproto: %s: wrote %d bytes, sized %d", p.msg.name, len(out)-start, n)
 	}
 	return out, nil
 }
 
+// Size is the length of the message of data (for Write), without writing
+// it; an error says the JSON does not fit the plan.
+func (p *Plan) Size(data []byte) (int, error) {
+	c := p.get()
+	defer p.put(c)
+	return c.prepare(p.msg, data)
+}
+
 // Write writes the message of data to w in chunks, holding no buffer of the
 // message's size: the way to send a large message to one reader. size is
-// what converting the same data returned before (Convert, Append): a
-// different size is an error before anything is written. Converting before
-// also proved the JSON fits; an error after the first write is a failed
+// Size(data): a different size is an error before anything is written.
+// Only bad base64 can still fail after the first write (sizing does not
+// decode it), so a caller that must not break its stream half-way writes
+// the same data to io.Discard once first; after that, an error is a failed
 // write to w (the caller must not use w for more of the same stream).
 func (p *Plan) Write(w io.Writer, data []byte, size int) error {
 	c := p.get()
