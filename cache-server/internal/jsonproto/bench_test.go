@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +28,17 @@ func secret500KiB(b *testing.B) []byte {
 		ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "bench", ResourceVersion: "12345", CreationTimestamp: metav1.Unix(1763700000, 0), Labels: map[string]string{"app": "bench"}},
 		Data:       map[string][]byte{"blob": blob},
 		Type:       corev1.SecretTypeOpaque,
+	})
+}
+
+// script1MiB: a ConfigMap holding a 1 MiB script, a newline (an escape in
+// JSON) every 50 bytes and HTML characters the encoder escapes.
+func script1MiB(b *testing.B) []byte {
+	line := "if [ -n \"$X\" ] && [ $Y -lt 3 ]; then echo <ok>; fi #" // 49 bytes + newline
+	return benchJSON(b, &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: "scripts", Namespace: "bench"},
+		Data:       map[string]string{"run.sh": strings.Repeat(line+"\n", (1<<20)/(len(line)+1))},
 	})
 }
 
@@ -58,6 +70,7 @@ func BenchmarkConvert(b *testing.B) {
 	}{
 		{"Secret500KiB", reflect.TypeFor[corev1.Secret](), secret500KiB},
 		{"Pod", reflect.TypeFor[corev1.Pod](), pod},
+		{"ConfigMapScript1MiB", reflect.TypeFor[corev1.ConfigMap](), script1MiB},
 	} {
 		data := c.data(b)
 		b.Run(c.name+"/typed", func(b *testing.B) {

@@ -105,7 +105,18 @@ func (p *Plan) put(c *converter) {
 	if cap(c.strBuf) > 1<<16 {
 		c.strBuf = nil
 	}
-	c.ix.data = nil
+	if cap(c.chunk) > 4*chunkBytes {
+		c.chunk = nil
+	}
+	if len(c.keys) > 256 {
+		c.keys = nil
+	}
+	if len(c.strs) > 256 {
+		c.strs = nil
+	}
+	// A Write that panicked (in its writer) must not leave its writer
+	// to the next conversion.
+	c.ix.data, c.w, c.out = nil, nil, nil
 	p.pool.Put(c)
 }
 
@@ -572,8 +583,15 @@ func (c *converter) leaf(k kind, nd int32, payload func([]byte), varint func(num
 		if t.IsZero() {
 			return nil
 		}
+		// metav1.Time's message has whole seconds (its JSON has no
+		// fraction; a fraction that parses anyway is dropped), MicroTime's
+		// microseconds.
+		nanos := int64(0)
+		if k == kMicroTime {
+			nanos = int64(time.Duration(t.Nanosecond()).Truncate(time.Microsecond))
+		}
 		varint(1, uint64(t.Unix()))
-		varint(2, uint64(int64(int32(t.Nanosecond()))))
+		varint(2, uint64(nanos))
 	case kDuration:
 		if null {
 			return errors.New("jsonproto: null duration") // as metav1.Duration's decoder says

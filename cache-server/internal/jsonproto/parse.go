@@ -179,15 +179,24 @@ func (ix *index) container(n, p, depth int) (int, error) {
 // scanString finds the closing quote of the string whose bytes start at p.
 // Escapes are skipped, not checked: a string that has one is unquoted by
 // encoding/json when it is used, which checks it.
+//
+// Linear in the string's length however many escapes it has: the quote
+// found is searched for again only once an escape has consumed it (a
+// string of newlines is a string of "\n" escapes, and searching from each
+// to the closing quote again was quadratic).
 func scanString(d []byte, p int) (end int, esc bool, err error) {
+	q := -1 // the first quote at or after p
 	for {
-		q := bytes.IndexByte(d[p:], '"')
-		if q < 0 {
-			return 0, false, errSyntax
+		if q < p {
+			i := bytes.IndexByte(d[p:], '"')
+			if i < 0 {
+				return 0, false, errSyntax
+			}
+			q = p + i
 		}
-		b := bytes.IndexByte(d[p:p+q], '\\')
+		b := bytes.IndexByte(d[p:q], '\\')
 		if b < 0 {
-			return p + q, esc, nil
+			return q, esc, nil
 		}
 		esc = true
 		p += b + 2 // the backslash and the byte it escapes (a quote, maybe)

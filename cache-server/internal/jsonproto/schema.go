@@ -89,37 +89,39 @@ type message struct {
 
 // Plans builds and keeps the per-type plans. It is safe for concurrent use.
 type Plans struct {
-	mu    sync.Mutex
-	plans map[reflect.Type]*planResult
-	pool  sync.Pool // of *converter: conversions reuse their scratch space
+	mu    sync.Mutex // serialises building; lookups do not take it
+	plans sync.Map   // reflect.Type -> *planResult
+	pool  sync.Pool  // of *converter: conversions reuse their scratch space
 }
 
 type planResult struct {
-	msg *message
-	err error
+	plan *Plan
+	err  error
 }
 
 // NewPlans returns an empty set of plans, built on first use of each type.
-func NewPlans() *Plans { return &Plans{plans: map[reflect.Type]*planResult{}} }
+func NewPlans() *Plans { return &Plans{} }
 
 // For returns the plan of Go struct type t (not a pointer), or why t cannot
-// be converted without the typed path.
+// be converted without the typed path. It is called per message served:
+// after a type's first use it is one lock-free map read.
 func (p *Plans) For(t reflect.Type) (*Plan, error) {
+	if r, ok := p.plans.Load(t); ok {
+		return r.(*planResult).plan, r.(*planResult).err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if r, ok := p.plans[t]; ok {
-		if r.err != nil {
-			return nil, r.err
-		}
-		return &Plan{msg: r.msg, pool: &p.pool}, nil
+	if r, ok := p.plans.Load(t); ok {
+		return r.(*planResult).plan, r.(*planResult).err
 	}
 	b := builder{building: map[reflect.Type]*message{}}
 	m, err := b.message(t)
-	p.plans[t] = &planResult{msg: m, err: err}
-	if err != nil {
-		return nil, err
+	r := &planResult{err: err}
+	if err == nil {
+		r.plan = &Plan{msg: m, pool: &p.pool}
 	}
-	return &Plan{msg: m, pool: &p.pool}, nil
+	p.plans.Store(t, r)
+	return r.plan, r.err
 }
 
 var (
