@@ -489,6 +489,9 @@ func (c *converter) str(nd int32) ([]byte, error) {
 		return c.strBuf[span[0]:span[1]:span[1]], nil
 	}
 	start := len(c.strBuf)
+	// Unquoting shortens a string (only an invalid UTF-8 byte grows, into
+	// U+FFFD): one allocation for a long escaped string, not a doubling series.
+	c.strBuf = slices.Grow(c.strBuf, len(raw))
 	var ok bool
 	if c.strBuf, ok = unquote(c.strBuf, raw); !ok {
 		c.strBuf = c.strBuf[:start]
