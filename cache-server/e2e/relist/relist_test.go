@@ -169,6 +169,13 @@ func TestUpstreamRelistReachesWatchersAsEvents(t *testing.T) {
 	if m := metric(t, `cachetier_upstream_relists_total{reason="expired",resource="configmaps"}`); m == "" || m == "0" {
 		t.Fatalf("relist not counted: %q", m)
 	}
+	// The restart resets the tier's connection; that alone must not make
+	// it re-read the resource (it resumes from its RV and relists on the
+	// 410). It did when the reset hit the first stream: a second
+	// "startup" relist.
+	if m := metric(t, `cachetier_upstream_relists_total{reason="startup",resource="configmaps"}`); m != "1" {
+		t.Fatalf("start-up relists: %q, want 1", m)
+	}
 }
 
 func keysAndRVs(l *corev1.ConfigMapList) string {

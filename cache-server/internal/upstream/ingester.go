@@ -176,8 +176,14 @@ func (in *Ingester) Run(ctx context.Context) {
 			continue
 		default:
 			log.Error(err, "upstream stream failed; retrying", "backoff", backoff)
-			if !in.isSyncedNow() {
-				needList, reason = true, "error"
+			// Once synced, resume from the last applied RV (a 410 then
+			// relists, counted as expired). needList used to stay as the
+			// previous attempt left it: a connection reset on the first
+			// stream (the start-up relist's) re-read the whole resource
+			// again instead of resuming, counted as "startup".
+			needList = !in.isSyncedNow()
+			if needList {
+				reason = "error"
 			}
 		}
 		select {
