@@ -109,8 +109,8 @@ const (
 	variantMetadata              // PartialObjectMetadata's message
 
 	// variantSizeOnly marks an entry holding only the length of a large
-	// message (a uvarint) that the plan converted: it is streamed again
-	// from the JSON (WriteMessage) instead of being cached.
+	// message (a uvarint) that the plan converted once: proof that it is
+	// streamed from the JSON safely (WriteMessage) instead of being cached.
 	variantSizeOnly uint8 = 0x80
 )
 
@@ -131,37 +131,33 @@ func (p *Protobuf) Metadata(o *store.Object) ([]byte, error) {
 
 // WriteMessage writes o's message (Object, or Metadata when metadataOnly)
 // to w between the head and tail frame returns for its length: the way a
-// watch event goes out. A small message comes from the cache (converted
-// once). A large one is streamed from the JSON in chunks (jsonproto's
-// Plan.Write): no buffer of its size per watcher, and no second copy of
-// large objects held next to their JSON. Its first use sizes it and
-// converts it once into io.Discard, which proves the JSON converts before
-// any byte reaches a client (a failure half-way would break the stream);
-// the cache then keeps only its size.
+// watch event goes out. A small message is converted once and cached. A
+// large one is streamed from the JSON in chunks (jsonproto's
+// Conversion.Write): no buffer of its size per watcher, and no second copy
+// of large objects held next to their JSON. Its first use also writes it
+// into io.Discard, which proves the JSON converts before any byte reaches
+// a client (a failure half-way would break the stream); the cache then
+// keeps only its size, as that proof.
 func (p *Protobuf) WriteMessage(w io.Writer, gvk schema.GroupVersionKind, o *store.Object, metadataOnly bool, frame func(msgLen int) (head, tail []byte)) error {
 	variant := variantObject
 	if metadataOnly {
 		variant = variantMetadata
 	}
-	msg, cached := p.cache.get(o, variant)
-	if cached {
-		p.conversions(PathCached)
-	} else if plan, n, ok := p.streamable(gvk, o, variant); ok {
-		p.conversions(PathPlan)
-		head, tail := frame(n)
+	msg, cv, err := p.convert(gvk, o, variant, true)
+	if err != nil {
+		return err
+	}
+	if cv != nil {
+		defer cv.Release()
+		head, tail := frame(cv.Size())
 		if _, err := w.Write(head); err != nil {
 			return err
 		}
-		if err := plan.Write(w, o.Raw, n); err != nil {
+		if err := cv.Write(w); err != nil {
 			return err
 		}
 		_, err := w.Write(tail)
 		return err
-	} else {
-		var err error
-		if msg, err = p.message(gvk, o, variant); err != nil {
-			return err
-		}
 	}
 	head, tail := frame(len(msg))
 	for _, b := range [][]byte{head, msg, tail} {
@@ -172,65 +168,67 @@ func (p *Protobuf) WriteMessage(w io.Writer, gvk schema.GroupVersionKind, o *sto
 	return nil
 }
 
-// streamable reports whether o's message is large and the plan converts
-// it, with the plan and the message's size.
-func (p *Protobuf) streamable(gvk schema.GroupVersionKind, o *store.Object, variant uint8) (*jsonproto.Plan, int, bool) {
-	plan, err := p.plan(gvk, variant)
-	if err != nil {
-		return nil, 0, false
-	}
-	if sized, ok := p.cache.get(o, variant|variantSizeOnly); ok {
-		if n, k := binary.Uvarint(sized); k > 0 {
-			return plan, int(n), true
-		}
-	}
-	n, err := plan.Size(o.Raw)
-	if err != nil || n < LargeMessageBytes {
-		return nil, 0, false
-	}
-	if err := plan.Write(io.Discard, o.Raw, n); err != nil {
-		return nil, 0, false
-	}
-	p.cache.put(o, variant|variantSizeOnly, binary.AppendUvarint(nil, uint64(n)))
-	return plan, n, true
-}
-
 // message converts (or finds) o's message; small ones are cached.
 func (p *Protobuf) message(gvk schema.GroupVersionKind, o *store.Object, variant uint8) ([]byte, error) {
+	msg, _, err := p.convert(gvk, o, variant, false)
+	return msg, err
+}
+
+// convert finds or converts o's message. With stream, a large message the
+// plan converts is not converted here but returned prepared (cv), for the
+// caller to write and release; otherwise the message is returned (small
+// ones cached), converted by the plan, or the typed way when the plan
+// refuses the type or the JSON.
+func (p *Protobuf) convert(gvk schema.GroupVersionKind, o *store.Object, variant uint8, stream bool) (msg []byte, cv *jsonproto.Conversion, err error) {
 	if b, ok := p.cache.get(o, variant); ok {
 		p.conversions(PathCached)
-		return b, nil
+		return b, nil, nil
 	}
 	rt, err := p.goType(gvk, variant)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if plan, perr := p.plans.For(rt); perr == nil {
-		if out, err := plan.Append(nil, o.Raw); err == nil {
-			p.conversions(PathPlan)
-			if len(out) < LargeMessageBytes {
-				p.cache.put(o, variant, out)
+		if cv, err := plan.Prepare(o.Raw); err == nil {
+			if stream && cv.Size() >= LargeMessageBytes && p.provedStreamable(o, variant, cv) {
+				p.conversions(PathPlan)
+				return nil, cv, nil
 			}
-			return out, nil
+			out, err := cv.Append(make([]byte, 0, cv.Size()))
+			cv.Release()
+			if err == nil {
+				p.conversions(PathPlan)
+				if len(out) < LargeMessageBytes {
+					p.cache.put(o, variant, out)
+				}
+				return out, nil, nil
+			}
 		}
 	}
 	// The plan refused the type or this JSON: the typed path decides (and
 	// reports the error, if the JSON is not what the type accepts).
 	b, err := p.typed(gvk, rt, o, variant)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p.conversions(PathTyped)
 	p.cache.put(o, variant, b)
-	return b, nil
+	return b, nil, nil
 }
 
-func (p *Protobuf) plan(gvk schema.GroupVersionKind, variant uint8) (*jsonproto.Plan, error) {
-	rt, err := p.goType(gvk, variant)
-	if err != nil {
-		return nil, err
+// provedStreamable reports whether cv, a large message of o, can be
+// streamed: proved once (written into io.Discard, which decodes its
+// base64) and remembered as its size in the cache.
+func (p *Protobuf) provedStreamable(o *store.Object, variant uint8, cv *jsonproto.Conversion) bool {
+	if sized, ok := p.cache.get(o, variant|variantSizeOnly); ok {
+		n, k := binary.Uvarint(sized)
+		return k > 0 && int(n) == cv.Size()
 	}
-	return p.plans.For(rt)
+	if cv.Write(io.Discard) != nil {
+		return false
+	}
+	p.cache.put(o, variant|variantSizeOnly, binary.AppendUvarint(nil, uint64(cv.Size())))
+	return true
 }
 
 // goType is the Go type a variant's message is generated from.

@@ -23,59 +23,67 @@ type Plan struct {
 	pool *sync.Pool // of *converter, shared by the Plans that made it
 }
 
-// Append appends the protobuf message (no envelope) of the object whose
-// JSON is data to dst. On error dst is returned unchanged in length: the
-// JSON does not fit the plan (or is not JSON), and the typed conversion
-// decides what it means.
-func (p *Plan) Append(dst, data []byte) ([]byte, error) {
+// Conversion is the JSON of one object prepared by a plan (Plan.Prepare):
+// indexed and sized once, then written as often as asked — to a buffer
+// (Append) or in chunks to a writer (Write). Release returns its scratch
+// space; the Conversion must not be used after.
+type Conversion struct {
+	p *Plan
+	c *converter
+	n int
+}
+
+// Prepare indexes and sizes the message of the object whose JSON is data.
+// An error says the JSON does not fit the plan (or is not JSON): the typed
+// conversion decides what it means.
+func (p *Plan) Prepare(data []byte) (*Conversion, error) {
 	c := p.get()
-	defer p.put(c)
 	n, err := c.prepare(p.msg, data)
 	if err != nil {
-		return dst, err
+		p.put(c)
+		return nil, err
 	}
+	return &Conversion{p: p, c: c, n: n}, nil
+}
+
+// Size is the message's length.
+func (cv *Conversion) Size() int { return cv.n }
+
+// Release returns the conversion's scratch space to its plan.
+func (cv *Conversion) Release() {
+	cv.p.put(cv.c)
+	cv.c = nil
+}
+
+// Append appends the message (no envelope) to dst. On error dst is
+// returned unchanged in length.
+func (cv *Conversion) Append(dst []byte) ([]byte, error) {
+	c := cv.c
 	start := len(dst)
-	c.out = slices.Grow(dst, n)
-	err = c.writeMessage(p.msg, 0)
+	c.next, c.out = 0, slices.Grow(dst, cv.n)
+	err := c.writeMessage(cv.p.msg, 0)
 	out := c.out
 	c.out = nil
 	if err != nil {
 		return dst, err
 	}
-	if len(out)-start != n {
-		return dst, fmt.Errorf("jsonproto: %s: wrote %d bytes, sized %d", p.msg.name, len(out)-start, n)
+	if len(out)-start != cv.n {
+		return dst, fmt.Errorf("jsonproto: %s: wrote %d bytes, sized %d", cv.p.msg.name, len(out)-start, cv.n)
 	}
 	return out, nil
 }
 
-// Size is the length of the message of data (for Write), without writing
-// it; an error says the JSON does not fit the plan.
-func (p *Plan) Size(data []byte) (int, error) {
-	c := p.get()
-	defer p.put(c)
-	return c.prepare(p.msg, data)
-}
-
-// Write writes the message of data to w in chunks, holding no buffer of the
-// message's size: the way to send a large message to one reader. size is
-// Size(data): a different size is an error before anything is written.
-// Only bad base64 can still fail after the first write (sizing does not
-// decode it), so a caller that must not break its stream half-way writes
-// the same data to io.Discard once first; after that, an error is a failed
-// write to w (the caller must not use w for more of the same stream).
-func (p *Plan) Write(w io.Writer, data []byte, size int) error {
-	c := p.get()
-	defer p.put(c)
-	n, err := c.prepare(p.msg, data)
-	if err != nil {
-		return err
-	}
-	if n != size {
-		return fmt.Errorf("jsonproto: %s: sized %d, expected %d", p.msg.name, n, size)
-	}
-	c.w, c.written, c.werr = w, 0, nil
+// Write writes the message to w in chunks, holding no buffer of the
+// message's size: the way to send a large message to one reader. Only bad
+// base64 can fail after the first byte (sizing does not decode it), so a
+// caller that must not break its stream half-way writes to io.Discard
+// once first; after that, an error is a failed write to w (the caller must
+// not use w for more of the same stream).
+func (cv *Conversion) Write(w io.Writer) error {
+	c := cv.c
+	c.next, c.w, c.written, c.werr = 0, w, 0, nil
 	c.out = c.chunk[:0]
-	err = c.writeMessage(p.msg, 0)
+	err := c.writeMessage(cv.p.msg, 0)
 	c.flush()
 	c.chunk = c.out[:0]
 	c.out, c.w = nil, nil
@@ -84,10 +92,21 @@ func (p *Plan) Write(w io.Writer, data []byte, size int) error {
 		return err
 	case c.werr != nil:
 		return c.werr
-	case c.written != n:
-		return fmt.Errorf("jsonproto: %s: wrote %d bytes, sized %d", p.msg.name, c.written, n)
+	case c.written != cv.n:
+		return fmt.Errorf("jsonproto: %s: wrote %d bytes, sized %d", cv.p.msg.name, c.written, cv.n)
 	}
 	return nil
+}
+
+// Append is Prepare, Conversion.Append and Release: the message of data
+// appended to dst.
+func (p *Plan) Append(dst, data []byte) ([]byte, error) {
+	cv, err := p.Prepare(data)
+	if err != nil {
+		return dst, err
+	}
+	defer cv.Release()
+	return cv.Append(dst)
 }
 
 func (p *Plan) get() *converter {

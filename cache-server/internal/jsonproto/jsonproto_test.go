@@ -121,13 +121,19 @@ func TestMatchesTypedConversionForEveryKind(t *testing.T) {
 				t.Errorf("%s #%d: message differs from the typed conversion\njson: %s\ngot:  %x\nwant: %x", gvk, i, data, got, want)
 				continue
 			}
+			// One prepared conversion, sized, streamed, then appended.
+			cv, err := plan.Prepare(data)
+			if err != nil || cv.Size() != len(want) {
+				t.Fatalf("%s #%d: Prepare: %v, size %v; want %d", gvk, i, err, cv, len(want))
+			}
 			var streamed bytes.Buffer
-			if err := plan.Write(&streamed, data, len(want)); err != nil || !bytes.Equal(streamed.Bytes(), want) {
+			if err := cv.Write(&streamed); err != nil || !bytes.Equal(streamed.Bytes(), want) {
 				t.Errorf("%s #%d: Write: %v, equal %v", gvk, i, err, bytes.Equal(streamed.Bytes(), want))
 			}
-			if n, err := plan.Size(data); err != nil || n != len(want) {
-				t.Errorf("%s #%d: Size = %d, %v; want %d", gvk, i, n, err, len(want))
+			if again, err := cv.Append(nil); err != nil || !bytes.Equal(again, want) {
+				t.Errorf("%s #%d: Append after Write: %v, equal %v", gvk, i, err, bytes.Equal(again, want))
 			}
+			cv.Release()
 			wantMeta, err := tc.convert(reflect.TypeFor[metav1.PartialObjectMetadata](), data)
 			if err != nil {
 				t.Fatalf("%s #%d: metadata: %v", gvk, i, err)
@@ -272,8 +278,8 @@ func (w *countingWriter) Write(b []byte) (int, error) {
 
 // TestWriteStreams: Write sends large messages in chunks without a buffer
 // of their size (base64 decoded a chunk at a time, long strings written
-// from the JSON as they are), refuses a size that does not match before
-// writing, and reports a failing writer.
+// from the JSON as they are), can be repeated, and reports a failing
+// writer.
 func TestWriteStreams(t *testing.T) {
 	blob := bytes.Repeat([]byte{0xde, 0xad, 0xbe, 0xef, 0x01}, 600<<10)
 	secret := &corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
@@ -296,8 +302,12 @@ func TestWriteStreams(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		cv, err := plan.Prepare(data)
+		if err != nil || cv.Size() != len(want) {
+			t.Fatalf("%T: Prepare: %v", obj, err)
+		}
 		var w countingWriter
-		if err := plan.Write(&w, data, len(want)); err != nil || !bytes.Equal(w.Bytes(), want) {
+		if err := cv.Write(&w); err != nil || !bytes.Equal(w.Bytes(), want) {
 			t.Fatalf("%T: Write: %v, equal %v", obj, err, bytes.Equal(w.Bytes(), want))
 		}
 		if _, ok := obj.(*corev1.Secret); ok && w.writes < len(want)/(2*chunkBytes) {
@@ -305,11 +315,12 @@ func TestWriteStreams(t *testing.T) {
 			// in the ConfigMap, goes out in one write straight from the JSON).
 			t.Errorf("%T: %d writes for %d bytes: not streamed", obj, w.writes, len(want))
 		}
-		// Allocation per Write stays far below the message.
+		// Allocation per Write stays far below the message, and writing a
+		// prepared conversion again gives the same bytes.
 		var before, after goruntime.MemStats
 		goruntime.ReadMemStats(&before)
 		for range 5 {
-			if err := plan.Write(io.Discard, data, len(want)); err != nil {
+			if err := cv.Write(io.Discard); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -317,12 +328,14 @@ func TestWriteStreams(t *testing.T) {
 		if per := (after.TotalAlloc - before.TotalAlloc) / 5; per > uint64(len(want))/8 {
 			t.Errorf("%T: Write allocated %d bytes per call for a %d-byte message", obj, per, len(want))
 		}
-		if err := plan.Write(&w, data, len(want)+1); err == nil {
-			t.Errorf("%T: Write with a wrong size succeeded", obj)
+		var again bytes.Buffer
+		if err := cv.Write(&again); err != nil || !bytes.Equal(again.Bytes(), want) {
+			t.Errorf("%T: second Write: %v, equal %v", obj, err, bytes.Equal(again.Bytes(), want))
 		}
 		failing := &countingWriter{failAfter: len(want) / 2}
-		if err := plan.Write(failing, data, len(want)); err == nil || !strings.Contains(err.Error(), "went away") {
+		if err := cv.Write(failing); err == nil || !strings.Contains(err.Error(), "went away") {
 			t.Errorf("%T: Write to a failing writer: %v", obj, err)
 		}
+		cv.Release()
 	}
 }
