@@ -290,14 +290,9 @@ func (r *Reader) Next() (Record, error) {
 	rec := Record{Kind: Kind(kind)}
 	switch rec.Kind {
 	case KindObject:
-		if rec.Header.Object, err = r.meta(); err != nil {
+		if rec.Header.Object, rec.Object, err = r.object(); err != nil {
 			return Record{}, err
 		}
-		raw, err := r.chunk(maxRaw)
-		if err != nil {
-			return Record{}, err
-		}
-		rec.Object = rec.Header.Object.object(raw)
 		return rec, nil
 	case KindEvent:
 		typ, err := r.chunk(maxHeader)
@@ -308,14 +303,9 @@ func (r *Reader) Next() (Record, error) {
 		if rec.Header.RV, err = binary.ReadUvarint(r.r); err != nil {
 			return Record{}, truncated(err)
 		}
-		if rec.Header.Object, err = r.meta(); err != nil {
+		if rec.Header.Object, rec.Object, err = r.object(); err != nil {
 			return Record{}, err
 		}
-		raw, err := r.chunk(maxRaw)
-		if err != nil {
-			return Record{}, err
-		}
-		rec.Object = rec.Header.Object.object(raw)
 		hasPrev, err := r.r.ReadByte()
 		if err != nil {
 			return Record{}, truncated(err)
@@ -323,14 +313,9 @@ func (r *Reader) Next() (Record, error) {
 		switch hasPrev {
 		case 0:
 		case 1:
-			if rec.Header.Prev, err = r.meta(); err != nil {
+			if rec.Header.Prev, rec.Prev, err = r.object(); err != nil {
 				return Record{}, err
 			}
-			prev, err := r.chunk(maxRaw)
-			if err != nil {
-				return Record{}, err
-			}
-			rec.Prev = rec.Header.Prev.object(prev)
 		default:
 			return Record{}, fmt.Errorf("shardwire: bad previous-state flag %d", hasPrev)
 		}
@@ -358,6 +343,19 @@ func (r *Reader) Next() (Record, error) {
 		return Record{}, errors.New("shardwire: error record without error")
 	}
 	return rec, nil
+}
+
+// object reads an object's metadata and its stored bytes.
+func (r *Reader) object() (*Meta, *store.Object, error) {
+	m, err := r.meta()
+	if err != nil {
+		return nil, nil, err
+	}
+	raw, err := r.chunk(maxRaw)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, m.object(raw), nil
 }
 
 func (r *Reader) meta() (*Meta, error) {
