@@ -96,7 +96,12 @@ func openWatch(ctx context.Context, c *http.Client, host string, res Resource, q
 	if err != nil {
 		return nil, err
 	}
-	return &eventStream{body: resp.Body, dec: json.NewDecoder(resp.Body)}, nil
+	return newEventStream(resp.Body), nil
+}
+
+// newEventStream reads the watch response body frame by frame.
+func newEventStream(body io.ReadCloser) *eventStream {
+	return &eventStream{body: body, dec: json.NewDecoder(body)}
 }
 
 // listPage fetches one page of a LIST.
