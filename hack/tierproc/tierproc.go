@@ -229,4 +229,3 @@ func (t *Tier) AggregatedKubeconfig(kubeconfig, out string) error {
 func (t *Tier) DirectKubeconfig(kubeconfig, out string) error {
 	return controlplane.RewriteKubeconfig(kubeconfig, out, t.DirectURL, t.DirectCA, t.ServerName)
 }
-
