@@ -107,7 +107,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
 // RegistryHostsFile is where containerd looks for the hosts of any registry
 // without a directory of its own.
-func (l Layout) RegistryHostsFile() string { return filepath.Join(l.RegistryConfig(), "_default", "hosts.toml") }
+func (l Layout) RegistryHostsFile() string {
+	return filepath.Join(l.RegistryConfig(), "_default", "hosts.toml")
+}
 
 // RenderRegistryHosts sends every pull to a closed port of the node's own
 // loopback. This node has no registry (images are imported), and a pull
