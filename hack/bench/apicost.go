@@ -162,6 +162,26 @@ func startBenchTiers(ctx context.Context, env *benchEnv, o options, set string) 
 	return &b, nil
 }
 
+// startSeededTiers starts the control plane, seeds d into its namespace
+// (returned) and starts both tiers caching it. The caller stops env.cp.
+func startSeededTiers(ctx context.Context, o options, d dataset) (*benchEnv, *benchTiers, string, error) {
+	env, err := startEnv(ctx, &o)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	ns := "bench-" + d.name
+	if _, err := seed(ctx, env.kc, ns, d, o.concurrency); err != nil {
+		env.cp.Stop()
+		return nil, nil, "", err
+	}
+	tiers, err := startBenchTiers(ctx, env, o, d.name)
+	if err != nil {
+		env.cp.Stop()
+		return nil, nil, "", err
+	}
+	return env, tiers, ns, nil
+}
+
 // upstreamCounters sums, over the tier's processes, the counters of its
 // requests to the apiserver for freshness: RV fetches, and progress probes
 // by outcome ("probes <outcome>").
@@ -265,19 +285,11 @@ func apiserverCPU(pid, n int, settle time.Duration, read func() error) (perCall,
 }
 
 func runAPICost(ctx context.Context, o options, d dataset, a *apiCostOptions) error {
-	env, err := startEnv(ctx, &o)
+	env, tiers, ns, err := startSeededTiers(ctx, o, d)
 	if err != nil {
 		return err
 	}
 	defer env.cp.Stop()
-	ns := "bench-" + d.name
-	if _, err := seed(ctx, env.kc, ns, d, o.concurrency); err != nil {
-		return err
-	}
-	tiers, err := startBenchTiers(ctx, env, o, d.name)
-	if err != nil {
-		return err
-	}
 	path := "/api/v1/namespaces/" + ns + "/configmaps"
 	apiClient, err := rest.HTTPClientFor(env.admin)
 	if err != nil {
@@ -388,20 +400,12 @@ func startLeaseWriter(ctx context.Context, kc kubernetes.Interface) (*leaseWrite
 }
 
 func runQuietRead(ctx context.Context, o options, a *apiCostOptions) error {
-	env, err := startEnv(ctx, &o)
+	d := dataset{name: "quiet", count: a.quietObjs, size: 1024}
+	env, tiers, ns, err := startSeededTiers(ctx, o, d)
 	if err != nil {
 		return err
 	}
 	defer env.cp.Stop()
-	d := dataset{name: "quiet", count: a.quietObjs, size: 1024}
-	ns := "bench-" + d.name
-	if _, err := seed(ctx, env.kc, ns, d, o.concurrency); err != nil {
-		return err
-	}
-	tiers, err := startBenchTiers(ctx, env, o, d.name)
-	if err != nil {
-		return err
-	}
 	writer, err := startLeaseWriter(ctx, env.kc)
 	if err != nil {
 		return err
