@@ -38,7 +38,7 @@ package upstream
 // the bucket the probe opened in (then it waits for the one after: 1.1 s
 // on average). The prober therefore keeps a probe due at every tick while
 // reads wait: it opens one at least every probeCadence (< 1 s, so every
-// bucket holds one), and another as soon as one delivers its bookmark
+// bucket holds one, with room for delays), and another as soon as one delivers its bookmark
 // (just after a tick, so due at the next one). A probe is a watch
 // from the applied RV, so it also delivers any event the main stream has
 // not delivered yet, in order: its bookmark proves everything up to its RV.
@@ -63,8 +63,13 @@ const (
 	probeTimeoutSeconds = 3
 	// probeCadence: the longest gap between two probes while reads wait.
 	// Under a second, so that every one-second bookmark bucket of the
-	// cacher holds a probe.
-	probeCadence = 900 * time.Millisecond
+	// cacher holds a probe's due time. The apiserver computes the due time
+	// from when it registers the watch, so the slack below a second must
+	// absorb the delays of opening it on a loaded machine: with 900 ms,
+	// a 2-shard fleet on a machine at load 12 (2 cores) saw a quiet
+	// read's wait take a tick more than it needed now and then (p99
+	// 2.2 s); one probe more every few seconds is cheap.
+	probeCadence = 700 * time.Millisecond
 	// probeLinger: how long the prober goes on after the last read that
 	// asked for progress. A read that arrives while it runs finds a probe
 	// due at the cacher's next tick; one that starts it may wait for the
