@@ -381,7 +381,11 @@ func (r *CacheProfileReconciler) observe(ctx context.Context, p *cachev1alpha1.C
 }
 
 // shardsSettled: every desired shard runs the current spec with all its
-// replicas ready, so the hash shards of surplus shards have a ready home.
+// replicas ready, so the hash shards of surplus shards have a ready home,
+// and every front replica runs the current topology, so no front reads a
+// surplus shard any more. (Without the second half the first real-node run
+// removed the surplus shard while old fronts still dialled it: reads
+// answered "shard fleet-shard-2 is unreachable" until they were replaced.)
 func (r *CacheProfileReconciler) shardsSettled(p *cachev1alpha1.CacheProfile, obs Observed) bool {
 	for _, a := range AssignHashShards(WithDefaults(p)) {
 		s := obs.Shards[a.Name]
@@ -389,7 +393,8 @@ func (r *CacheProfileReconciler) shardsSettled(p *cachev1alpha1.CacheProfile, ob
 			return false
 		}
 	}
-	return true
+	f := obs.Front
+	return f != nil && !deploymentRollingOut(f) && f.Status.AvailableReplicas >= *f.Spec.Replicas
 }
 
 func (r *CacheProfileReconciler) deleteSurplusShard(ctx context.Context, name string) error {

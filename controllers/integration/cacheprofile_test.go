@@ -402,6 +402,15 @@ func TestCacheProfileLifecycle(t *testing.T) {
 		}
 		h.markStatefulSet(t, "fleet-shard-0", 3)
 		h.markStatefulSet(t, "fleet-shard-1", 3)
+		// The fronts still run the 3-shard topology: they read shard 2
+		// until they are replaced, so it must stay.
+		time.Sleep(2 * time.Second)
+		if err := c.Get(ctx, key(workloadNamespace, "fleet-shard-2"), &appsv1.StatefulSet{}); err != nil {
+			t.Fatalf("surplus shard removed while the fronts still read it: %v", err)
+		}
+		if err := h.conditionsAre(map[string]string{"Progressing": "True/ShardCountChanging"}); err != nil {
+			t.Fatal(err)
+		}
 		h.markFront(t, 2) // its topology changed
 		eventually(t, 20*time.Second, "surplus shard removed", func() error {
 			err := c.Get(ctx, key(workloadNamespace, "fleet-shard-2"), &appsv1.StatefulSet{})
