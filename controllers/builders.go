@@ -232,7 +232,7 @@ type TopologyShard = topology.Shard
 
 // BuildTopology addresses shard replicas by their stable StatefulSet DNS
 // names (<pod>.<headless service>.<namespace>.svc), which exist for every
-// replica index whether or not the pod is ready yet.
+// replica whose pod has an address, ready or not (BuildShardsService).
 func BuildTopology(p *cachev1alpha1.CacheProfile, opts Options) Topology {
 	p = WithDefaults(p)
 	t := Topology{HashShards: p.Spec.HashShards}
@@ -327,13 +327,20 @@ func tlsVolumeMounts() []corev1.VolumeMount {
 }
 
 // BuildShardsService is the headless Service giving each shard replica a
-// stable DNS name (the StatefulSets' serviceName).
+// stable DNS name (the StatefulSets' serviceName). It publishes replicas
+// before they are ready: cluster DNS has no name for an unready endpoint,
+// and a front that looked one up while its shard was starting got an
+// NXDOMAIN that CoreDNS caches for 30 s (kubeadm's `cache 30`) — on a real
+// node the first rollout waited ~30 s after the shards were ready. A
+// replica that is up but still loading answers 429 and the front tries
+// another (fleet.Client).
 func BuildShardsService(p *cachev1alpha1.CacheProfile, opts Options) *corev1.Service {
 	return &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: objectMeta(p, opts.Namespace, shardsServiceName(p), ComponentShard),
 		Spec: corev1.ServiceSpec{
-			ClusterIP: corev1.ClusterIPNone,
+			ClusterIP:                corev1.ClusterIPNone,
+			PublishNotReadyAddresses: true,
 			Selector:  selectorLabels(p, ComponentShard),
 			Ports: []corev1.ServicePort{
 				{Name: "shard", Port: ShardPort, TargetPort: intstr.FromString("shard"), Protocol: corev1.ProtocolTCP},

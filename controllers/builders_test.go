@@ -189,6 +189,9 @@ func TestBuildDesiredShapes(t *testing.T) {
 		t.Errorf("shard pod template annotations: %v", s1.Spec.Template.Annotations)
 	}
 
+	if !d.ShardsService.Spec.PublishNotReadyAddresses {
+		t.Error("shards Service must publish unready replicas: their DNS names would be NXDOMAIN (and cached) while they start")
+	}
 	if d.ShardsService.Spec.ClusterIP != corev1.ClusterIPNone {
 		t.Error("shards service must be headless")
 	}

@@ -151,7 +151,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}, []string{"verb", "resource"})
 	m.FleetShardCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_fleet_shard_calls_total",
-		Help: "Calls a fleet front made to its shards, by shard, verb and outcome (ok, error, unreachable).",
+		Help: "Calls a fleet front made to its shards, by shard, verb and outcome (ok; error: a replica refused; unreachable: no replica reachable; initializing: every reachable replica still loading).",
 	}, []string{"shard", "verb", "outcome"})
 	m.FleetStreamRestarts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_fleet_stream_restarts_total",
