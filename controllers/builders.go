@@ -341,7 +341,7 @@ func BuildShardsService(p *cachev1alpha1.CacheProfile, opts Options) *corev1.Ser
 		Spec: corev1.ServiceSpec{
 			ClusterIP:                corev1.ClusterIPNone,
 			PublishNotReadyAddresses: true,
-			Selector:  selectorLabels(p, ComponentShard),
+			Selector:                 selectorLabels(p, ComponentShard),
 			Ports: []corev1.ServicePort{
 				{Name: "shard", Port: ShardPort, TargetPort: intstr.FromString("shard"), Protocol: corev1.ProtocolTCP},
 				{Name: "metrics", Port: MetricsPort, TargetPort: intstr.FromString("metrics"), Protocol: corev1.ProtocolTCP},
