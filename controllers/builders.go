@@ -497,6 +497,10 @@ func BuildShardStatefulSet(p *cachev1alpha1.CacheProfile, opts Options, a ShardA
 	}
 }
 
+// FrontShutdownDelaySeconds is how long a terminating front keeps serving
+// before it is signalled (well inside the 30 s grace period).
+const FrontShutdownDelaySeconds = 5
+
 // BuildFrontDeployment builds the front: the aggregated API server. It
 // calls the shards over TLS, verifying them with the serving Secret's CA
 // bundle (--shard-ca-file), and restarts when its certificate rotates.
@@ -521,6 +525,13 @@ func BuildFrontDeployment(p *cachev1alpha1.CacheProfile, opts Options, configHas
 			{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP},
 		},
 		VolumeMounts: tlsVolumeMounts(),
+		// A front whose pod is being deleted keeps serving a few seconds
+		// before its SIGTERM: kube-proxy and the aggregator route new
+		// requests to it until the EndpointSlice change reaches them
+		// (kube-apiserver's own answer is --shutdown-delay-duration). On
+		// a real node, reads during a front rollout got the aggregator's
+		// 503 without it.
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: FrontShutdownDelaySeconds}}},
 	}
 	return &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},

@@ -189,6 +189,9 @@ func TestBuildDesiredShapes(t *testing.T) {
 		t.Errorf("shard pod template annotations: %v", s1.Spec.Template.Annotations)
 	}
 
+	if l := d.Front.Spec.Template.Spec.Containers[0].Lifecycle; l == nil || l.PreStop == nil || l.PreStop.Sleep == nil || l.PreStop.Sleep.Seconds != FrontShutdownDelaySeconds {
+		t.Errorf("a terminating front must keep serving until its endpoint is gone: lifecycle %+v", l)
+	}
 	if !d.ShardsService.Spec.PublishNotReadyAddresses {
 		t.Error("shards Service must publish unready replicas: their DNS names would be NXDOMAIN (and cached) while they start")
 	}

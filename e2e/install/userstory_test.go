@@ -328,11 +328,20 @@ func (e *env) faults(t *testing.T, tier string) {
 		if err != nil || len(pods.Items) == 0 {
 			t.Fatalf("front pods: %v", err)
 		}
+		// Reads through the aggregator go on while a front goes away: the
+		// other front answers them all.
+		reads := startLister(t, restConfig(t, tier))
+		defer reads.stop()
 		if err := e.kc.CoreV1().Pods(operatorNamespace).Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		e.waitFrontPodGone(t, pods.Items[0].Name)
 		e.waitProfile(t, "Available again", 3*time.Minute, settled)
+		ok, failed := reads.stop()
+		t.Logf("consistent LISTs through the tier while a front was replaced: %d answered, failures by message: %v", ok, failed)
+		if len(failed) > 0 || ok == 0 {
+			t.Errorf("reads failed while a front pod was deleted (%d answered): %v", ok, failed)
+		}
 	})
 	t.Run("scale shards 2 to 3 to 2", func(t *testing.T) {
 		var reads *lister
