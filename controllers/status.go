@@ -137,6 +137,7 @@ func ComputeStatus(in *cachev1alpha1.CacheProfile, opts Options, obs Observed, n
 			frontUnready = fmt.Sprintf("front %s has %d/%d available replicas", f.Name, f.Status.AvailableReplicas, p.Spec.FrontReplicas)
 		}
 	}
+	st.Front = fmt.Sprintf("%d/%d", st.FrontReadyReplicas, p.Spec.FrontReplicas)
 	if frontRolling {
 		rolling = append(rolling, frontName(p))
 	}
