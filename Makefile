@@ -27,7 +27,7 @@ run: controlplane ## Start a local control plane with sample data and the tier b
 	$(BIN)/localcluster --cache-server $(BIN)/cache-server --fleet $(FLEET)
 
 .PHONY: test
-test: controlplane vet ## Everything CI runs: unit, fuzz seed corpora, integration tests against a real apiserver.
+test: controlplane test-deps vet ## Everything CI runs: unit, fuzz seed corpora, integration tests against a real apiserver.
 	go test $(GO_TEST_FLAGS) ./...
 
 BENCH_FLAGS ?=
@@ -45,6 +45,10 @@ build: ## Build all binaries into bin/.
 .PHONY: image
 image: ## Build the cachetier, pause and CoreDNS images as OCI archives into bin/images/ (no container engine needed; see images.json).
 	go run ./hack/imagebuild/cmd/imagebuild -out $(BIN)/images
+
+.PHONY: test-deps
+test-deps: ## Install the Debian packages tests run (promtool from prometheus) when missing; as root it apt-get installs them.
+	hack/install-debian-deps.sh promtool=prometheus
 
 .PHONY: controlplane
 controlplane: ## Build kube-apiserver, kubectl and etcd from the module proxy into bin/k8s/.

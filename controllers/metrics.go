@@ -65,3 +65,13 @@ func (m *ProfileMetrics) Forget(profile string) {
 	m.shardReady.DeletePartialMatch(prometheus.Labels{"profile": profile})
 	m.condition.DeletePartialMatch(prometheus.Labels{"profile": profile})
 }
+
+// BoundedMetricLabels are the label names the manager exports, each with a
+// bounded set of values: profiles and their shards (the profiles that
+// exist, at most 64 shards each), condition types, and controller-runtime's
+// controller, workqueue name and priority, reconcile result, REST client
+// code/method/host, and go_info's version. The metric lint tests hold the
+// manager to it.
+func BoundedMetricLabels() []string {
+	return []string{"profile", "shard", "type", "controller", "name", "priority", "result", "code", "method", "host", "version"}
+}
