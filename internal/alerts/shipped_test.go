@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"os"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -46,5 +47,29 @@ func TestShippedOperatorRules(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatalf("%s differs from OperatorRules; run go test ./internal/alerts -run TestShippedOperatorRules -update", shippedPath)
+	}
+}
+
+// TestEveryAlertHasARunbook: each alert's runbook_url anchor is a section
+// of docs/alerts.md (GitHub's anchor of "## Name" is the lower-cased name).
+func TestEveryAlertHasARunbook(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/alerts.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range append(FleetRules(FleetScope{Namespace: "ns", Profile: "p"}), OperatorRules()...) {
+		for _, r := range g.Rules {
+			if !bytes.Contains(doc, []byte("\n## "+r.Alert+"\n")) {
+				t.Errorf("docs/alerts.md has no section %q", r.Alert)
+			}
+			if r.Annotations["runbook_url"] != RunbookBase+"#"+strings.ToLower(r.Alert) {
+				t.Errorf("%s: runbook_url %q", r.Alert, r.Annotations["runbook_url"])
+			}
+			for _, a := range []string{"summary", "description"} {
+				if r.Annotations[a] == "" {
+					t.Errorf("%s: no %s", r.Alert, a)
+				}
+			}
+		}
 	}
 }
