@@ -38,7 +38,7 @@ run: $(RUN_DEPS) ## Start a local control plane with sample data and the tier be
 	$(RUN_ENV) $(BIN)/localcluster $(RUN_ARGS)
 
 .PHONY: test
-test: controlplane node-deps image vet ## Everything CI runs: unit, fuzz seed corpora, integration tests against a real apiserver, end-to-end tests on a real node.
+test: controlplane node-deps test-deps image vet ## Everything CI runs: unit, fuzz seed corpora, integration tests against a real apiserver, promtool rule tests, end-to-end tests on a real node.
 	CACHETIER_IMAGES=$(BIN)/images go test $(GO_TEST_FLAGS) ./...
 
 BENCH_FLAGS ?=
@@ -60,6 +60,10 @@ image: ## Build the cachetier, pause and CoreDNS images as OCI archives into bin
 .PHONY: node-deps
 node-deps: ## Install the Debian packages a local node needs (containerd, runc, CNI plugins, iptables, conntrack) when any is missing (as root).
 	hack/install-node-deps.sh
+
+.PHONY: test-deps
+test-deps: ## Install the Debian packages tests run (promtool from prometheus) when missing; as root it apt-get installs them.
+	hack/install-debian-deps.sh promtool=prometheus
 
 .PHONY: controlplane
 controlplane: ## Build kube-apiserver, kubectl, etcd and the node's kubelet, kube-proxy, kube-scheduler, kube-controller-manager from the module proxy into bin/k8s/.

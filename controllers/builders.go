@@ -121,8 +121,9 @@ func WithDefaults(in *cachev1alpha1.CacheProfile) *cachev1alpha1.CacheProfile {
 	return p
 }
 
-// Desired is every child of one profile. ServiceMonitor and APIService are
-// nil when not wanted; the reconciler deletes them in that case.
+// Desired is every child of one profile. ServiceMonitor, PrometheusRule and
+// APIService are nil when not wanted (the APIService is then deleted; the
+// monitoring kinds are only unwanted when their CRD is gone).
 type Desired struct {
 	ServiceAccount     *corev1.ServiceAccount
 	ConfigMap          *corev1.ConfigMap
@@ -139,6 +140,7 @@ type Desired struct {
 	AuthReaderBinding  *rbacv1.RoleBinding
 	APIService         *apiregv1.APIService
 	ServiceMonitor     *unstructured.Unstructured
+	PrometheusRule     *unstructured.Unstructured
 }
 
 // Objects lists the children in apply order: identity and configuration
@@ -157,15 +159,18 @@ func (d *Desired) Objects() []client.Object {
 	if d.ServiceMonitor != nil {
 		out = append(out, d.ServiceMonitor)
 	}
+	if d.PrometheusRule != nil {
+		out = append(out, d.PrometheusRule)
+	}
 	if d.APIService != nil {
 		out = append(out, d.APIService)
 	}
 	return out
 }
 
-// BuildDesired builds every child of a profile. withServiceMonitor says
-// whether the Prometheus Operator's CRD is installed.
-func BuildDesired(in *cachev1alpha1.CacheProfile, opts Options, certs Certificates, withServiceMonitor bool) (*Desired, error) {
+// BuildDesired builds every child of a profile. mon says which of the
+// Prometheus Operator's CRDs are installed.
+func BuildDesired(in *cachev1alpha1.CacheProfile, opts Options, certs Certificates, mon Monitoring) (*Desired, error) {
 	p := WithDefaults(in)
 	cm, err := BuildConfigMap(p, opts)
 	if err != nil {
@@ -195,8 +200,13 @@ func BuildDesired(in *cachev1alpha1.CacheProfile, opts Options, certs Certificat
 	if *p.Spec.Expose.APIService.Enabled {
 		d.APIService = BuildAPIService(p, opts, certs.CABundle())
 	}
-	if withServiceMonitor {
+	if mon.ServiceMonitor {
 		d.ServiceMonitor = BuildServiceMonitor(p, opts)
+	}
+	if mon.PrometheusRule {
+		if d.PrometheusRule, err = BuildPrometheusRule(p, opts); err != nil {
+			return nil, err
+		}
 	}
 	return d, nil
 }

@@ -92,7 +92,7 @@ func TestWithDefaultsFillsSchemaDefaults(t *testing.T) {
 
 func TestBuildDesiredShapes(t *testing.T) {
 	p := testProfile()
-	d, err := BuildDesired(p, testOpts, testCerts(t, p), false)
+	d, err := BuildDesired(p, testOpts, testCerts(t, p), Monitoring{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestBuildDesiredOptionalParts(t *testing.T) {
 		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone", WhenUnsatisfiable: corev1.ScheduleAnyway}},
 		PriorityClassName:         "high",
 	}
-	d, err := BuildDesired(p, testOpts, testCerts(t, p), true)
+	d, err := BuildDesired(p, testOpts, testCerts(t, p), Monitoring{ServiceMonitor: true, PrometheusRule: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestConfigHashesScopeRestarts(t *testing.T) {
 	build := func(mut func(*cachev1alpha1.CacheProfile)) *Desired {
 		p := testProfile()
 		mut(p)
-		d, err := BuildDesired(p, testOpts, certs, false)
+		d, err := BuildDesired(p, testOpts, certs, Monitoring{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -337,7 +337,7 @@ func TestConfigHashesScopeRestarts(t *testing.T) {
 	// shard's StatefulSet as it is (shards re-read the certificate files).
 	rotated := certs
 	rotated.ServingCertPEM, rotated.ServingKeyPEM = testCerts(t, testProfile()).ServingCertPEM, []byte("other key")
-	rd, err := BuildDesired(testProfile(), testOpts, rotated, false)
+	rd, err := BuildDesired(testProfile(), testOpts, rotated, Monitoring{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func TestServerURLAndNames(t *testing.T) {
 		t.Errorf("ServerURL = %s", got)
 	}
 	p.Name = strings.Repeat("a", 40)
-	d, err := BuildDesired(p, testOpts, testCerts(t, p), true)
+	d, err := BuildDesired(p, testOpts, testCerts(t, p), Monitoring{ServiceMonitor: true, PrometheusRule: true})
 	if err != nil {
 		t.Fatal(err)
 	}
