@@ -338,7 +338,7 @@ func (e *env) faults(t *testing.T, tier string) {
 		e.waitFrontPodGone(t, pods.Items[0].Name)
 		e.waitProfile(t, "Available again", 3*time.Minute, settled)
 		ok, failed := reads.stop()
-		t.Logf("consistent LISTs through the tier while a front was replaced: %d answered, failures by message: %v", ok, failed)
+		t.Logf("consistent LISTs through the tier while a front was replaced: %d answered (slowest %s), failures by message: %v", ok, reads.slowest, failed)
 		if len(failed) > 0 || ok == 0 {
 			t.Errorf("reads failed while a front pod was deleted (%d answered): %v", ok, failed)
 		}
@@ -361,7 +361,7 @@ func (e *env) faults(t *testing.T, tier string) {
 			t.Logf("shards %d: %s", n, p.Status.Ready)
 		}
 		ok, failed := reads.stop()
-		t.Logf("consistent LISTs through the tier while the fleet shrank: %d answered, failures by message: %v", ok, failed)
+		t.Logf("consistent LISTs through the tier while the fleet shrank: %d answered (slowest %s), failures by message: %v", ok, reads.slowest, failed)
 		for msg := range failed {
 			if strings.Contains(msg, profileName+"-shard-2 is unreachable") {
 				t.Errorf("a front read the removed shard: %s", msg)
@@ -433,10 +433,11 @@ func (e *env) faults(t *testing.T, tier string) {
 // lister sends consistent LISTs of configmaps through the tier until
 // stopped and counts what failed, by message.
 type lister struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	ok     int
-	failed map[string]int
+	cancel  context.CancelFunc
+	done    chan struct{}
+	ok      int
+	failed  map[string]int
+	slowest time.Duration
 }
 
 func startLister(t *testing.T, tier *rest.Config) *lister {
@@ -446,7 +447,11 @@ func startLister(t *testing.T, tier *rest.Config) *lister {
 	go func() {
 		defer close(l.done)
 		for ctx.Err() == nil {
+			start := time.Now()
 			_, err := kc.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+			if took := time.Since(start); took > l.slowest && ctx.Err() == nil {
+				l.slowest = took
+			}
 			switch {
 			case err == nil:
 				l.ok++
