@@ -104,6 +104,13 @@ func startFleet(cp *controlplane.ControlPlane, admin *rest.Config, binary, flags
 	for _, c := range cmds {
 		t.pids = append(t.pids, c.Process.Pid)
 	}
+	// The shards serve /debug/pprof on their API port to a cluster admin
+	// too (-profile-dir profiles them with the front).
+	for _, sh := range topo.Shards {
+		sc := rest.CopyConfig(cfg)
+		sc.Host = "https://" + sh.Endpoints[0]
+		t.parts = append(t.parts, profTarget{name: sh.Name, cfg: sc})
+	}
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		for i := range done {
@@ -126,5 +133,23 @@ func startFleet(cp *controlplane.ControlPlane, admin *rest.Config, binary, flags
 			return nil, fmt.Errorf("fleet not ready after 5m")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// reportFleetRSS prints each fleet process's resident set and its growth
+// over the same process of a fleet caching nothing (base, in t.pids'
+// order: the shards, then the front).
+func reportFleetRSS(t *tierProc, base []uint64) {
+	names := make([]string, 0, len(t.pids))
+	for _, p := range t.parts {
+		names = append(names, p.name)
+	}
+	names = append(names, "front")
+	for i, r := range rssEach(t.pids) {
+		var b uint64
+		if i < len(base) {
+			b = base[i]
+		}
+		fmt.Fprintf(os.Stderr, "bench: %s RSS %.1f MiB (%+.1f MiB over a fleet caching nothing)\n", names[i], float64(r)/(1<<20), (float64(r)-float64(b))/(1<<20))
 	}
 }

@@ -194,7 +194,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	baseRSS := rssAll(base.pids)
+	baseRSS, baseEach := rssAll(base.pids), rssEach(base.pids)
 	base.stop()
 	fmt.Fprintf(os.Stderr, "bench: empty tier RSS %.1f MiB\n", float64(baseRSS)/(1<<20))
 
@@ -217,17 +217,27 @@ func run(ctx context.Context, o options) error {
 		}
 		time.Sleep(2 * time.Second)
 		tierRSS := rssAll(t.pids)
+		if o.fleet > 0 {
+			reportFleetRSS(t, baseEach)
+		}
 		if o.profileDir != "" {
 			if err := saveTierMemory(t.cfg, filepath.Join(o.profileDir, d.name+"-tier"), true); err != nil {
 				t.stop()
 				return err
 			}
+			for _, p := range t.parts {
+				if err := saveTierMemory(p.cfg, filepath.Join(o.profileDir, d.name+"-tier-"+p.name), true); err != nil {
+					t.stop()
+					return err
+				}
+			}
 		}
 		path := "/api/v1/namespaces/" + ns + "/configmaps"
 		servers := []struct {
-			cfg  *rest.Config
-			pids []int
-		}{{admin, []int{apiPID}}, {t.cfg, t.pids}}
+			cfg   *rest.Config
+			pids  []int
+			parts []profTarget
+		}{{admin, []int{apiPID}, nil}, {t.cfg, t.pids, t.parts}}
 		var res [2]measure
 		for i, s := range servers {
 			if res[i], err = measureServer(s.cfg, s.pids, path, o, d.count); err != nil {
@@ -236,7 +246,7 @@ func run(ctx context.Context, o options) error {
 			}
 			if o.profileDir != "" {
 				name := filepath.Join(o.profileDir, fmt.Sprintf("%s-%s", d.name, []string{"apiserver", "tier"}[i]))
-				if err := profileServer(s.cfg, path, name); err != nil {
+				if err := profileServer(s.cfg, path, name, s.parts); err != nil {
 					t.stop()
 					return err
 				}
@@ -266,7 +276,9 @@ type tierProc struct {
 	// pids every process of the tier.
 	pid  int
 	pids []int
-	stop func()
+	// parts are a fleet's shards, profiled with the front (-profile-dir).
+	parts []profTarget
+	stop  func()
 }
 
 // startTier runs `cache-server standalone` caching the given core/v1
@@ -518,6 +530,15 @@ func cpuTicksAll(pids []int) uint64 {
 	return n
 }
 
+// rssEach is rss of each process.
+func rssEach(pids []int) []uint64 {
+	out := make([]uint64, len(pids))
+	for i, p := range pids {
+		out[i] = rss(p)
+	}
+	return out
+}
+
 // rssAll sums rss over processes.
 func rssAll(pids []int) uint64 {
 	var n uint64
@@ -672,7 +693,9 @@ func continueOf(r io.Reader) (string, error) {
 // profileServer takes two 10-second CPU profiles of a server: while a
 // client sends consistent full LISTs of path back to back, and while it
 // walks path with limit=500. name gets "-full.pprof" / "-paged.pprof".
-func profileServer(cfg *rest.Config, path, name string) error {
+// parts (a fleet's shards) are profiled over the same 10 seconds, into
+// name-<part>-full.pprof and so on.
+func profileServer(cfg *rest.Config, path, name string, parts []profTarget) error {
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return err
@@ -718,16 +741,15 @@ func profileServer(cfg *rest.Config, path, name string) error {
 				}
 			}
 		}()
-		resp, err := client.Get(cfg.Host + "/debug/pprof/profile?seconds=10")
-		if err == nil {
-			var f *os.File
-			if f, err = os.Create(name + suffix); err == nil {
-				_, err = io.Copy(f, resp.Body)
-				if cerr := f.Close(); err == nil {
-					err = cerr
-				}
+		partErrs := make(chan error, len(parts))
+		for _, p := range parts {
+			go func() { partErrs <- saveCPUProfile(p.cfg, name+"-"+p.name+suffix) }()
+		}
+		err := saveCPUProfile(cfg, name+suffix)
+		for range parts {
+			if perr := <-partErrs; err == nil {
+				err = perr
 			}
-			resp.Body.Close()
 		}
 		close(stop)
 		if lerr := <-loadErr; err == nil {
@@ -739,6 +761,42 @@ func profileServer(cfg *rest.Config, path, name string) error {
 		fmt.Fprintf(os.Stderr, "bench: wrote %s\n", name+suffix)
 	}
 	return nil
+}
+
+// profTarget is one more process to profile with a server.
+type profTarget struct {
+	name string
+	cfg  *rest.Config
+}
+
+// saveCPUProfile writes a 10-second CPU profile of the server at cfg.
+func saveCPUProfile(cfg *rest.Config, file string) error {
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Get(cfg.Host + "/debug/pprof/profile?seconds=10")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		// hack/controlplane runs kube-apiserver with --profiling=false.
+		fmt.Fprintf(os.Stderr, "bench: %s serves no profiles; %s not written\n", cfg.Host, file)
+		return nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", file, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // saveTierMemory writes the tier's heap profile (name-heap.pprof) and its
