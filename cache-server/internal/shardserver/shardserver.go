@@ -12,6 +12,7 @@ package shardserver
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -129,7 +130,13 @@ func (s *Server) list(ctx context.Context, out *shardwire.Writer, res ingest.Res
 			return &store.TooLargeResourceVersionError{RV: rv, Current: res.Ingester.AppliedRV(), Err: err}
 		}
 	}
-	st := res.Ingester.Store()
+	return ListStore(out, res.Ingester.Store(), q, rv, limit)
+}
+
+// ListStore answers a list request's query q from st at snapshot rv (0 =
+// latest), limit items (0 = all): the part of list after the freshness
+// wait, for any store (the handler's, and tests of the fronts' merge).
+func ListStore(out *shardwire.Writer, st *store.Store, q url.Values, rv, limit uint64) error {
 	if key := q.Get("key"); key != "" {
 		o, snapRV, err := st.Get(key, rv)
 		if err != nil {
