@@ -3,6 +3,7 @@ package fleet
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -40,14 +41,24 @@ type listFixture struct {
 	byRaw map[string]*store.Object
 	// sent counts the bytes the shards wrote, requests the list calls.
 	sent, requests atomic.Int64
+	// compress: the shards that answer in S2 when asked (every other
+	// one: the front reads both).
+	compress map[*store.Store]bool
+	pools   *shardwire.Pools
 }
 
 // newListFixture spreads objects over n shards of 16 hash shards as a
 // fleet does (keyhash of namespace/name).
-func newListFixture(t *testing.T, n int, objs []*store.Object) *listFixture {
+func newListFixture(t testing.TB, n int, objs []*store.Object) *listFixture {
+	return newListFixtureCompressing(t, n, objs, false)
+}
+
+// newListFixtureCompressing is newListFixture; with plain no shard
+// compresses its answers.
+func newListFixtureCompressing(t testing.TB, n int, objs []*store.Object, plain bool) *listFixture {
 	t.Helper()
 	const hashShards = 16
-	f := &listFixture{}
+	f := &listFixture{compress: map[*store.Store]bool{}, pools: shardwire.NewPools()}
 	newStore := func() *store.Store {
 		st, err := store.New(store.Options{Shards: hashShards})
 		if err != nil {
@@ -73,6 +84,7 @@ func newListFixture(t *testing.T, n int, objs []*store.Object) *listFixture {
 			t.Fatal(err)
 		}
 		f.shards = append(f.shards, st)
+		f.compress[st] = i%2 == 0 && !plain
 		srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			f.serve(w, r, st)
 		}))
@@ -112,7 +124,15 @@ func (f *listFixture) serve(w http.ResponseWriter, r *http.Request, st *store.St
 	if l := q.Get("limit"); l != "" {
 		fmt.Sscan(l, &limit)
 	}
-	out := shardwire.NewWriter(countingWriter{w, &f.sent})
+	var body io.Writer = countingWriter{w, &f.sent}
+	if f.compress[st] && shardwire.AcceptsS2(r) {
+		w.Header().Set("Content-Encoding", shardwire.EncodingS2)
+		enc := f.pools.Encoder(body)
+		defer enc.Close()
+		body = enc
+	}
+	out := f.pools.Writer(body)
+	defer f.pools.PutWriter(out)
 	if err := shardserver.ListStore(out, st, q, rv, limit); err != nil {
 		_ = out.Error(err)
 	}
@@ -251,9 +271,10 @@ func TestListMatchesOneStore(t *testing.T) {
 // whole limit; a shard holding more of the page than that is asked again.
 func TestListAsksShardsForTheirShare(t *testing.T) {
 	objs := testObjects(10, 1000)
-	one := newListFixture(t, 1, objs)
+	// Uncompressed answers: bytes sent count items moved.
+	one := newListFixtureCompressing(t, 1, objs, true)
 	one.walk(t, listCase{limit: 500}, one.src.List)
-	f := newListFixture(t, 2, objs)
+	f := newListFixtureCompressing(t, 2, objs, true)
 	pages := f.walk(t, listCase{limit: 500}, f.src.List)
 	if pages != 20 {
 		t.Fatalf("%d pages, want 20", pages)
@@ -313,5 +334,20 @@ func TestPageStep(t *testing.T) {
 		if got := pageStep(c.limit, c.n); got != c.want {
 			t.Errorf("pageStep(%d, %d) = %d, want %d", c.limit, c.n, got, c.want)
 		}
+	}
+}
+
+// A front asks for S2 and reads it; a shard that does not compress is read
+// as before (fronts and shards of different versions).
+func TestListCompressed(t *testing.T) {
+	objs := testObjects(4, 500)
+	plain := newListFixtureCompressing(t, 1, objs, true)
+	plain.walk(t, listCase{}, plain.src.List)
+	s2 := newListFixtureCompressing(t, 1, objs, false)
+	s2.walk(t, listCase{}, s2.src.List)
+	s2.walk(t, listCase{}, s2.streamed)
+	compressed := s2.sent.Load() / 2 // two walks
+	if compressed*2 >= plain.sent.Load() {
+		t.Fatalf("compressed answer %d bytes, plain %d: not compressed", compressed, plain.sent.Load())
 	}
 }

@@ -137,3 +137,53 @@ func FuzzPeekObject(f *testing.F) {
 		}
 	})
 }
+
+// Records written through an Encoder read back through a Decoder, in
+// place as well; a cut stream never reads as the whole one.
+func TestS2RoundTrip(t *testing.T) {
+	c := NewPools()
+	var buf bytes.Buffer
+	enc := c.Encoder(&buf)
+	w := NewWriter(enc)
+	plain := itemStream(t)
+	want, wantErr := readAll(plain)
+	for _, rec := range want {
+		if _, err := w.w.Write(reencode(t, rec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	flushed := buf.Len()
+	if err := enc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if flushed == 0 || flushed != buf.Len() {
+		t.Fatalf("Flush sent %d bytes of %d: Writer.Flush must flush the encoder", flushed, buf.Len())
+	}
+	if buf.Len() >= len(plain)/2 {
+		t.Fatalf("%d bytes compressed to %d", len(plain), buf.Len())
+	}
+	dec, release := c.Decoder(bytes.NewReader(buf.Bytes()))
+	got, _, err := readPeeking(dec)
+	release()
+	if err != wantErr || len(got) != len(want) {
+		t.Fatalf("%d records and %v, want %d and %v", len(got), err, len(want), wantErr)
+	}
+	for i := range want {
+		if g, w := canonical(t, got[i]), canonical(t, want[i]); g != w {
+			t.Fatalf("record %d:\n got  %s\n want %s", i, g, w)
+		}
+	}
+	// A cut between S2 blocks ends the stream cleanly, like a plain
+	// stream cut between records; never with every record read.
+	for cut := range buf.Len() {
+		dec, release := c.Decoder(bytes.NewReader(buf.Bytes()[:cut]))
+		got, _, err := readPeeking(dec)
+		release()
+		if err == nil || (err == io.EOF && len(got) == len(want)) {
+			t.Fatalf("cut at %d/%d: %d records, %v", cut, buf.Len(), len(got), err)
+		}
+	}
+}
