@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -151,5 +152,35 @@ func reportFleetRSS(t *tierProc, base []uint64) {
 			b = base[i]
 		}
 		fmt.Fprintf(os.Stderr, "bench: %s RSS %.1f MiB (%+.1f MiB over a fleet caching nothing)\n", names[i], float64(r)/(1<<20), (float64(r)-float64(b))/(1<<20))
+	}
+}
+
+// fleetMemoryRows are a fleet's memory by process, next to the apiserver's
+// growth: what each shard holds should be about the data set over the
+// number of shards, and the front, which holds no objects, next to
+// nothing. each and base are RSS per process in t.pids' order (the
+// shards, then the front), with the data set cached and caching nothing.
+func fleetMemoryRows(label string, t *tierProc, each, base []uint64, apiGrowth float64, jsonBytes int64) []row {
+	mib := func(v float64) float64 { return v / (1 << 20) }
+	growth := func(i int) float64 {
+		if i >= len(each) || i >= len(base) {
+			return math.NaN()
+		}
+		return float64(each[i]) - float64(base[i])
+	}
+	shards := len(t.parts)
+	lo, hi, sum := math.Inf(1), math.Inf(-1), 0.0
+	for i := range shards {
+		g := growth(i)
+		lo, hi, sum = math.Min(lo, g), math.Max(hi, g), sum+g
+	}
+	front := growth(shards)
+	nan := math.NaN()
+	return []row{
+		{label, "RSS growth, all tier processes", "MiB", mib(apiGrowth), mib(sum + front)},
+		{label, fmt.Sprintf("RSS growth, largest of %d shards", shards), "MiB", nan, mib(hi)},
+		{label, fmt.Sprintf("RSS growth, smallest of %d shards", shards), "MiB", nan, mib(lo)},
+		{label, "RSS growth, front", "MiB", nan, mib(front)},
+		{label, fmt.Sprintf("data set as JSON / %d shards", shards), "MiB", nan, mib(float64(jsonBytes) / float64(shards))},
 	}
 }

@@ -55,6 +55,8 @@ import (
 type dataset struct {
 	name        string
 	count, size int
+	// resource is what the set is made of: configmaps, or pods (pods.go).
+	resource string
 }
 
 type options struct {
@@ -81,10 +83,14 @@ func main() {
 	var o options
 	var small, large dataset
 	small.name, large.name = "small", "large"
+	small.resource, large.resource = "configmaps", "configmaps"
+	pods := dataset{name: "pods", resource: "pods"}
 	flag.IntVar(&small.count, "small-count", 10000, "ConfigMaps in the small-object data set")
 	flag.IntVar(&small.size, "small-size", 1024, "bytes of data per small ConfigMap")
 	flag.IntVar(&large.count, "large-count", 300, "ConfigMaps in the large-object data set")
 	flag.IntVar(&large.size, "large-size", 1<<20, "bytes of data per large ConfigMap")
+	flag.IntVar(&pods.count, "pod-count", 0, "Pods in the pods-like data set (pods.go)")
+	flag.IntVar(&pods.size, "pod-size", 3072, "bytes of JSON per Pod, as the apiserver serves it")
 	flag.IntVar(&o.iterations, "iterations", 30, "full LISTs per server and data set")
 	flag.IntVar(&o.pageIters, "page-iterations", 5, "paginated LIST walks per server and data set")
 	flag.IntVar(&o.concurrency, "seed-concurrency", 8, "parallel creates while seeding")
@@ -114,7 +120,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: unknown -mode %q\n", *mode)
 		os.Exit(2)
 	}
-	for _, d := range []dataset{small, large} {
+	for _, d := range []dataset{small, large, pods} {
 		if d.count > 0 {
 			o.sets = append(o.sets, d)
 		}
@@ -190,13 +196,21 @@ func run(ctx context.Context, o options) error {
 	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-empty", Labels: map[string]string{"bench": "empty"}}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	base, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, "empty", "configmaps", o.fleet)
-	if err != nil {
-		return err
+	// Per resource: caching pods (field selectors computed at ingestion)
+	// and configmaps do not start from the same floor.
+	baseRSS, baseEach := map[string]uint64{}, map[string][]uint64{}
+	for _, d := range o.sets {
+		if _, done := baseRSS[d.resource]; done {
+			continue
+		}
+		base, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, "empty", d.resource, o.fleet)
+		if err != nil {
+			return err
+		}
+		baseRSS[d.resource], baseEach[d.resource] = rssAll(base.pids), rssEach(base.pids)
+		base.stop()
+		fmt.Fprintf(os.Stderr, "bench: RSS of a tier caching no %s %.1f MiB\n", d.resource, float64(baseRSS[d.resource])/(1<<20))
 	}
-	baseRSS, baseEach := rssAll(base.pids), rssEach(base.pids)
-	base.stop()
-	fmt.Fprintf(os.Stderr, "bench: empty tier RSS %.1f MiB\n", float64(baseRSS)/(1<<20))
 
 	var rows []row
 	for _, d := range o.sets {
@@ -211,14 +225,14 @@ func run(ctx context.Context, o options) error {
 		time.Sleep(2 * time.Second)
 		apiAfter := rss(apiPID)
 
-		t, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, d.name, "configmaps", o.fleet)
+		t, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, d.name, d.resource, o.fleet)
 		if err != nil {
 			return err
 		}
 		time.Sleep(2 * time.Second)
-		tierRSS := rssAll(t.pids)
+		tierRSS, tierEach := rssAll(t.pids), rssEach(t.pids)
 		if o.fleet > 0 {
-			reportFleetRSS(t, baseEach)
+			reportFleetRSS(t, baseEach[d.resource])
 		}
 		if o.profileDir != "" {
 			if err := saveTierMemory(t.cfg, filepath.Join(o.profileDir, d.name+"-tier"), true); err != nil {
@@ -232,7 +246,7 @@ func run(ctx context.Context, o options) error {
 				}
 			}
 		}
-		path := "/api/v1/namespaces/" + ns + "/configmaps"
+		path := "/api/v1/namespaces/" + ns + "/" + d.resource
 		servers := []struct {
 			cfg   *rest.Config
 			pids  []int
@@ -262,9 +276,12 @@ func run(ctx context.Context, o options) error {
 			row{label, "paginated LIST (limit=500) total p50", "ms", res[0].pagedP50, res[1].pagedP50},
 			row{label, "full LIST p50, client gunzips all (client-go)", "ms", res[0].decodedP50, res[1].decodedP50},
 			row{label, "paginated total p50, client gunzips all", "ms", res[0].decodedPagedP50, res[1].decodedPagedP50},
-			row{label, "resident bytes per object", "B", float64(int64(apiAfter)-int64(apiBefore)) / float64(d.count), float64(int64(tierRSS)-int64(baseRSS)) / float64(d.count)},
+			row{label, "resident bytes per object", "B", float64(int64(apiAfter)-int64(apiBefore)) / float64(d.count), float64(int64(tierRSS)-int64(baseRSS[d.resource])) / float64(d.count)},
 			row{label, "object JSON size", "B", perObj, perObj},
 		)
+		if o.fleet > 0 {
+			rows = append(rows, fleetMemoryRows(label, t, tierEach, baseEach[d.resource], float64(int64(apiAfter)-int64(apiBefore)), jsonBytes)...)
+		}
 	}
 	printTable(os.Stdout, rows)
 	return nil
@@ -370,6 +387,9 @@ func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.C
 func seed(ctx context.Context, kc kubernetes.Interface, ns string, d dataset, concurrency int) (int64, error) {
 	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"bench": d.name}}}, metav1.CreateOptions{}); err != nil {
 		return 0, err
+	}
+	if d.resource == "pods" {
+		return seedPods(ctx, kc, ns, d, concurrency)
 	}
 	payload := strings.Repeat("x", d.size)
 	work := make(chan int)
