@@ -9,6 +9,9 @@
 # id, so the same sources give the same bytes.
 #
 #   docker build -t ghcr.io/cachetier/cachetier:0.1.0 .
+#
+# Without a container engine, `make image` builds the same image
+# (hack/imagebuild; its tests keep it and this file in agreement).
 
 ARG GO_IMAGE=docker.io/library/golang:1.26.8-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot

@@ -42,6 +42,10 @@ bench: controlplane ## LIST benchmark: the tier and the real kube-apiserver side
 build: ## Build all binaries into bin/.
 	CGO_ENABLED=0 go build -trimpath -o $(BIN)/ ./cmd/... ./cache-server/... ./hack/localcluster
 
+.PHONY: image
+image: ## Build the cachetier, pause and CoreDNS images as OCI archives into bin/images/ (no container engine needed; see images.json).
+	go run ./hack/imagebuild/cmd/imagebuild -out $(BIN)/images
+
 .PHONY: controlplane
 controlplane: ## Build kube-apiserver, kubectl and etcd from the module proxy into bin/k8s/.
 	K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) CONTROLPLANE_DIR=$(CONTROLPLANE) hack/build-controlplane.sh

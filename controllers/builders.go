@@ -584,6 +584,19 @@ func BuildClusterRole(p *cachev1alpha1.CacheProfile) *rbacv1.ClusterRole {
 		sort.Strings(res)
 		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{g}, Resources: res, Verbs: []string{"get", "list", "watch"}})
 	}
+	// The cache-server reads the CustomResourceDefinition of every cached
+	// resource of a named group (for its selectableFields; for built-in
+	// groups the read finds nothing), and only those.
+	var crds []string
+	for _, r := range p.Spec.Resources {
+		if r.Group != "" {
+			crds = append(crds, r.Resource+"."+r.Group)
+		}
+	}
+	if len(crds) > 0 {
+		sort.Strings(crds)
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, ResourceNames: crds, Verbs: []string{"get"}})
+	}
 	rules = append(rules,
 		rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 		rbacv1.PolicyRule{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds the real control-plane binaries (kube-apiserver, kubectl, etcd) from
-# the Go module proxy into bin/k8s/<version>-linux-amd64/. envtest's usual
+# Builds the real Kubernetes binaries from the Go module proxy into
+# bin/k8s/<version>-linux-amd64/: the control plane (kube-apiserver, kubectl,
+# etcd) and what a node and its controllers need (kube-controller-manager,
+# kube-scheduler, kubelet, kube-proxy; hack/cluster runs them). envtest's usual
 # download of prebuilt binaries is not reachable here, so we compile them from
 # the nested modules hack/k8s-build and hack/etcd-build.
 #
@@ -13,9 +15,14 @@ ETCD_VERSION=${ETCD_VERSION:-v3.7.3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${CONTROLPLANE_DIR:-$root/bin/k8s/${K8S_VERSION}-$(go env GOOS)-$(go env GOARCH)}
 stamp="$out/.built-from"
-want="kubernetes=${K8S_VERSION} etcd=${ETCD_VERSION}"
+k8s_cmds=(kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy)
+want="kubernetes=${K8S_VERSION} etcd=${ETCD_VERSION} cmds=${k8s_cmds[*]}"
 
-if [[ -x $out/kube-apiserver && -x $out/kubectl && -x $out/etcd && -f $stamp && $(cat "$stamp") == "$want" ]]; then
+all_present() {
+  local b
+  for b in "${k8s_cmds[@]}" etcd; do [[ -x $out/$b ]] || return 1; done
+}
+if all_present && [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then
   echo "control plane binaries up to date in $out ($want)"
   exit 0
 fi
@@ -40,9 +47,9 @@ ldflags="-s -w \
  -X k8s.io/client-go/pkg/version.gitMinor=${minor}"
 
 start=$SECONDS
-echo "building kube-apiserver and kubectl ${K8S_VERSION} (a cold build takes several minutes on 2 cores)"
+echo "building ${k8s_cmds[*]} ${K8S_VERSION} (a cold build takes 10-15 minutes on 2 cores)"
 (cd "$root/hack/k8s-build" && go build -trimpath -ldflags "$ldflags" -o "$out/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl)
+  "${k8s_cmds[@]/#/k8s.io/kubernetes/cmd/}")
 echo "building etcd ${ETCD_VERSION}"
 (cd "$root/hack/etcd-build" && go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3)
 echo "$want" > "$stamp"

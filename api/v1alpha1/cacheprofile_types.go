@@ -209,8 +209,9 @@ type CacheProfileSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('75s') && duration(self) <= duration('1h')",message="historyWindow must be between 75s and 1h"
 	// +optional
 	HistoryWindow *metav1.Duration `json:"historyWindow,omitempty"`
-	// Image of the cache-server. Empty means the image the operator was
-	// built with (its RELATED_IMAGE_CACHE_SERVER environment variable).
+	// Image of the cache-server. Empty means the operator's own image (one
+	// image carries both binaries), or its RELATED_IMAGE_CACHE_SERVER
+	// environment variable when that is set.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	Image string `json:"image,omitempty"`

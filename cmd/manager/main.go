@@ -30,7 +30,7 @@ func main() {
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles.")
 	flag.StringVar(&namespace, "workload-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the cache-server fleets (default: the operator's namespace from POD_NAMESPACE).")
-	flag.StringVar(&image, "cache-server-image", os.Getenv("RELATED_IMAGE_CACHE_SERVER"), "cache-server image used when a profile sets none (default: RELATED_IMAGE_CACHE_SERVER).")
+	flag.StringVar(&image, "cache-server-image", os.Getenv("RELATED_IMAGE_CACHE_SERVER"), "cache-server image used when a profile sets none (default: RELATED_IMAGE_CACHE_SERVER, else the manager's own image, read from its pod named by POD_NAME).")
 	flag.StringVar(&apiServerURL, "apiserver-url", "", "Apiserver URL clients use, for status.serverURL (default: the URL the operator talks to).")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -46,9 +46,6 @@ func run(metricsAddr string, secureMetrics bool, probeAddr string, leaderElect b
 	if namespace == "" {
 		return fmt.Errorf("--workload-namespace or POD_NAMESPACE must be set")
 	}
-	if image == "" {
-		return fmt.Errorf("--cache-server-image or RELATED_IMAGE_CACHE_SERVER must be set")
-	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -63,6 +60,11 @@ func run(metricsAddr string, secureMetrics bool, probeAddr string, leaderElect b
 	if apiServerURL == "" {
 		apiServerURL = cfg.Host
 	}
+	ctx := ctrl.SetupSignalHandler()
+	if image, err = cacheServerImage(ctx, cfg, image, namespace, podNameFromEnv()); err != nil {
+		return err
+	}
+	ctrl.Log.Info("fleets run this cache-server image unless a profile sets spec.image", "image", image)
 	metricsOpts := metricsserver.Options{BindAddress: metricsAddr, SecureServing: secureMetrics}
 	if secureMetrics {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
@@ -97,5 +99,5 @@ func run(metricsAddr string, secureMetrics bool, probeAddr string, leaderElect b
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
-	return mgr.Start(ctrl.SetupSignalHandler())
+	return mgr.Start(ctx)
 }

@@ -10,6 +10,7 @@ import (
 
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -135,20 +136,32 @@ func Generate(root string) (map[string][]byte, error) {
 		}
 	}
 
+	// Under kustomize the manager runs its own image for the fleets (it
+	// reads it from its pod). OLM bundles name every image they run in
+	// relatedImages and the RELATED_IMAGE_* variables, which mirroring
+	// tools rewrite, so the bundle states the cache-server image
+	// explicitly: the manager's own, unless the Deployment already sets
+	// another.
 	managerImage, cacheServerImage := "", ""
-	for _, c := range deployment.Spec.Template.Spec.Containers {
-		if c.Name == "manager" {
-			managerImage = c.Image
-			for _, e := range c.Env {
-				if e.Name == managerEnvRel {
-					cacheServerImage = e.Value
-				}
+	for i, c := range deployment.Spec.Template.Spec.Containers {
+		if c.Name != "manager" {
+			continue
+		}
+		managerImage = c.Image
+		for _, e := range c.Env {
+			if e.Name == managerEnvRel {
+				cacheServerImage = e.Value
 			}
+		}
+		if cacheServerImage == "" {
+			cacheServerImage = managerImage
+			deployment.Spec.Template.Spec.Containers[i].Env = append(deployment.Spec.Template.Spec.Containers[i].Env,
+				corev1.EnvVar{Name: managerEnvRel, Value: cacheServerImage})
 		}
 	}
 	version := managerImage[strings.LastIndex(managerImage, ":")+1:]
-	if managerImage == "" || cacheServerImage == "" || version == managerImage {
-		return nil, fmt.Errorf("manager container needs a tagged image and %s", managerEnvRel)
+	if managerImage == "" || version == managerImage {
+		return nil, fmt.Errorf("manager container needs a tagged image")
 	}
 
 	almExamples, err := json.MarshalIndent(samples, "", "  ")

@@ -55,6 +55,23 @@ type Options struct {
 	SecurePort int
 	// ExtraAPIServerFlags are appended to the apiserver's command line.
 	ExtraAPIServerFlags []string
+	// NetNS, when set (a path such as /var/run/netns/<name>), runs etcd,
+	// kube-apiserver and every StartProcess child inside that network
+	// namespace (through nsenter, which only switches the network
+	// namespace: mounts and cgroups stay the host's).
+	NetNS string
+	// AdvertiseAddress is the apiserver's address. Default 127.0.0.1; any
+	// other address makes the apiserver listen on all addresses of its
+	// namespace, port 6443 unless SecurePort says otherwise.
+	AdvertiseAddress net.IP
+	// ExtraServingIPs are added to the apiserver's serving certificate.
+	ExtraServingIPs []net.IP
+	// ForNode configures the apiserver for a kubelet and the controllers
+	// of a real cluster: the Node authorizer and NodeRestriction, the
+	// ServiceAccount admission plugin (kube-controller-manager creates the
+	// accounts it needs), endpoint reconciliation by lease, and a client
+	// certificate for calls to kubelets by their InternalIP.
+	ForNode bool
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -72,8 +89,12 @@ type ControlPlane struct {
 	// EtcdURL is etcd's client URL, for tests that must change storage
 	// behind the apiserver's back (see RestartAPIServer).
 	EtcdURL string
+	// PKI names the files the control plane's certificates and keys were
+	// written to, for components that need them (kube-controller-manager).
+	PKI PKIFiles
 
 	removeDir     bool
+	netns         string
 	log           io.Writer
 	apiserverArgs []string
 	procs         []*process // in start order; stopped in reverse
@@ -103,7 +124,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 			return nil, fmt.Errorf("control plane binary %s missing in %s (run `make controlplane`): %w", b, opts.BinDir, err)
 		}
 	}
-	cp = &ControlPlane{BinDir: opts.BinDir, Dir: opts.Dir, ServiceClusterIPRange: opts.ServiceClusterIPRange, log: opts.Log}
+	cp = &ControlPlane{BinDir: opts.BinDir, Dir: opts.Dir, ServiceClusterIPRange: opts.ServiceClusterIPRange, netns: opts.NetNS, log: opts.Log}
 	if cp.log == nil {
 		cp.log = io.Discard
 	}
@@ -123,16 +144,19 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		}
 	}()
 
+	advertise := opts.AdvertiseAddress
+	if advertise == nil {
+		advertise = net.IPv4(127, 0, 0, 1)
+	}
 	port := opts.SecurePort
 	if port == 0 {
-		if port, err = freePort(); err != nil {
+		if port, err = cp.freePort(6443); err != nil {
 			return cp, err
 		}
 	}
-	cp.URL = "https://127.0.0.1:" + strconv.Itoa(port)
+	cp.URL = "https://" + net.JoinHostPort(advertise.String(), strconv.Itoa(port))
 
-	files, err := cp.writePKI()
-	if err != nil {
+	if cp.PKI, err = cp.writePKI(advertise, opts.ExtraServingIPs); err != nil {
 		return cp, fmt.Errorf("generate PKI: %w", err)
 	}
 	etcdURL, err := cp.startEtcd()
@@ -140,7 +164,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		return cp, err
 	}
 	cp.EtcdURL = etcdURL
-	if err := cp.startAPIServer(port, etcdURL, files, opts.ExtraAPIServerFlags); err != nil {
+	if err := cp.startAPIServer(port, advertise, etcdURL, opts); err != nil {
 		return cp, err
 	}
 	if cp.AdminKubeconfig, err = cp.UserKubeconfig("admin", "system:masters"); err != nil {
@@ -153,14 +177,20 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	return cp, nil
 }
 
-type pkiFiles struct {
-	clusterCA, servingCert, servingKey, saKey     string
-	frontProxyCA, proxyClientCert, proxyClientKey string
+// PKIFiles are the control plane's certificate and key files.
+type PKIFiles struct {
+	Dir                                 string
+	ClusterCA, ClusterCAKey             string
+	ServingCert, ServingKey             string
+	ServiceAccountKey                   string
+	FrontProxyCA                        string
+	ProxyClientCert, ProxyClientKey     string
+	KubeletClientCert, KubeletClientKey string
 }
 
-func (cp *ControlPlane) writePKI() (pkiFiles, error) {
-	var f pkiFiles
+func (cp *ControlPlane) writePKI(advertise net.IP, extraIPs []net.IP) (PKIFiles, error) {
 	pkiDir := filepath.Join(cp.Dir, "pki")
+	f := PKIFiles{Dir: pkiDir}
 	if err := os.MkdirAll(pkiDir, 0o700); err != nil {
 		return f, err
 	}
@@ -171,44 +201,66 @@ func (cp *ControlPlane) writePKI() (pkiFiles, error) {
 	if cp.FrontProxyCA, err = pki.NewCA("cachetier-local-front-proxy-ca"); err != nil {
 		return f, err
 	}
-	f.clusterCA = filepath.Join(pkiDir, "ca.crt")
-	f.frontProxyCA = filepath.Join(pkiDir, "front-proxy-ca.crt")
-	if err := os.WriteFile(f.clusterCA, cp.ClusterCA.CertPEM, 0o600); err != nil {
+	f.ClusterCA = filepath.Join(pkiDir, "ca.crt")
+	f.FrontProxyCA = filepath.Join(pkiDir, "front-proxy-ca.crt")
+	if err := os.WriteFile(f.ClusterCA, cp.ClusterCA.CertPEM, 0o600); err != nil {
 		return f, err
 	}
-	if err := os.WriteFile(f.frontProxyCA, cp.FrontProxyCA.CertPEM, 0o600); err != nil {
-		return f, err
-	}
-	serving, err := cp.ClusterCA.IssueServing("kube-apiserver",
-		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		[]net.IP{net.ParseIP("127.0.0.1"), firstServiceIP(cp.ServiceClusterIPRange)})
+	caKey, err := cp.ClusterCA.KeyPEM()
 	if err != nil {
 		return f, err
 	}
-	if f.servingCert, f.servingKey, err = serving.WriteFiles(filepath.Join(pkiDir, "apiserver")); err != nil {
+	// kube-controller-manager signs CertificateSigningRequests with it.
+	f.ClusterCAKey = filepath.Join(pkiDir, "ca.key")
+	if err := os.WriteFile(f.ClusterCAKey, caKey, 0o600); err != nil {
+		return f, err
+	}
+	if err := os.WriteFile(f.FrontProxyCA, cp.FrontProxyCA.CertPEM, 0o600); err != nil {
+		return f, err
+	}
+	ips := []net.IP{net.ParseIP("127.0.0.1"), firstServiceIP(cp.ServiceClusterIPRange)}
+	if !advertise.IsLoopback() {
+		ips = append(ips, advertise)
+	}
+	serving, err := cp.ClusterCA.IssueServing("kube-apiserver",
+		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		append(ips, extraIPs...))
+	if err != nil {
+		return f, err
+	}
+	if f.ServingCert, f.ServingKey, err = serving.WriteFiles(filepath.Join(pkiDir, "apiserver")); err != nil {
 		return f, err
 	}
 	proxy, err := cp.FrontProxyCA.IssueClient(FrontProxyClientName, nil)
 	if err != nil {
 		return f, err
 	}
-	if f.proxyClientCert, f.proxyClientKey, err = proxy.WriteFiles(filepath.Join(pkiDir, "front-proxy-client")); err != nil {
+	if f.ProxyClientCert, f.ProxyClientKey, err = proxy.WriteFiles(filepath.Join(pkiDir, "front-proxy-client")); err != nil {
+		return f, err
+	}
+	// The apiserver's identity towards kubelets (logs, exec, port-forward);
+	// kubelets authorize it by SubjectAccessReview like any other caller.
+	kubeletClient, err := cp.ClusterCA.IssueClient("kube-apiserver-kubelet-client", []string{"system:masters"})
+	if err != nil {
+		return f, err
+	}
+	if f.KubeletClientCert, f.KubeletClientKey, err = kubeletClient.WriteFiles(filepath.Join(pkiDir, "apiserver-kubelet-client")); err != nil {
 		return f, err
 	}
 	saKey, err := pki.NewServiceAccountKey()
 	if err != nil {
 		return f, err
 	}
-	f.saKey = filepath.Join(pkiDir, "sa.key")
-	return f, os.WriteFile(f.saKey, saKey, 0o600)
+	f.ServiceAccountKey = filepath.Join(pkiDir, "sa.key")
+	return f, os.WriteFile(f.ServiceAccountKey, saKey, 0o600)
 }
 
 func (cp *ControlPlane) startEtcd() (string, error) {
-	clientPort, err := freePort()
+	clientPort, err := cp.freePort(2379)
 	if err != nil {
 		return "", err
 	}
-	peerPort, err := freePort()
+	peerPort, err := cp.freePort(2380)
 	if err != nil {
 		return "", err
 	}
@@ -230,41 +282,63 @@ func (cp *ControlPlane) startEtcd() (string, error) {
 	return clientURL, err
 }
 
-func (cp *ControlPlane) startAPIServer(port int, etcdURL string, f pkiFiles, extra []string) error {
+func (cp *ControlPlane) startAPIServer(port int, advertise net.IP, etcdURL string, opts Options) error {
+	f := cp.PKI
+	bind := "127.0.0.1"
+	if !advertise.IsLoopback() {
+		bind = "0.0.0.0"
+	}
 	args := []string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + bind,
+		"--advertise-address=" + advertise.String(),
 		"--secure-port=" + strconv.Itoa(port),
-		"--tls-cert-file=" + f.servingCert,
-		"--tls-private-key-file=" + f.servingKey,
-		"--client-ca-file=" + f.clusterCA,
-		"--authorization-mode=RBAC",
+		"--tls-cert-file=" + f.ServingCert,
+		"--tls-private-key-file=" + f.ServingKey,
+		"--client-ca-file=" + f.ClusterCA,
 		"--service-cluster-ip-range=" + cp.ServiceClusterIPRange,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + f.saKey,
-		"--service-account-signing-key-file=" + f.saKey,
+		"--service-account-key-file=" + f.ServiceAccountKey,
+		"--service-account-signing-key-file=" + f.ServiceAccountKey,
 		// Aggregation layer: the apiserver proxies /apis/<aggregated group>
 		// with this client certificate and the caller's identity in headers.
-		"--requestheader-client-ca-file=" + f.frontProxyCA,
+		"--requestheader-client-ca-file=" + f.FrontProxyCA,
 		"--requestheader-allowed-names=" + FrontProxyClientName,
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-uid-headers=X-Remote-Uid",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--proxy-client-cert-file=" + f.proxyClientCert,
-		"--proxy-client-key-file=" + f.proxyClientKey,
-		// No kube-controller-manager runs here, so nothing would create the
-		// default ServiceAccount that this admission plugin insists on.
-		"--disable-admission-plugins=ServiceAccount",
-		// The `kubernetes` Service's endpoints would be the advertise
-		// address, and endpoint validation forbids loopback ones.
-		"--endpoint-reconciler-type=none",
+		"--proxy-client-cert-file=" + f.ProxyClientCert,
+		"--proxy-client-key-file=" + f.ProxyClientKey,
 		"--allow-privileged=true",
 		"--profiling=false",
 		"--v=1",
 	}
-	cp.apiserverArgs = append(args, extra...)
+	if opts.ForNode {
+		args = append(args,
+			"--authorization-mode=Node,RBAC",
+			"--enable-admission-plugins=NodeRestriction",
+			// The `kubernetes` Service's endpoint is the advertise address,
+			// which in-cluster clients reach through kube-proxy.
+			"--endpoint-reconciler-type=lease",
+			"--kubelet-client-certificate="+f.KubeletClientCert,
+			"--kubelet-client-key="+f.KubeletClientKey,
+			// Reaching a kubelet by its hostname would ask the machine's
+			// resolver, which the node must never use.
+			"--kubelet-preferred-address-types=InternalIP",
+		)
+	} else {
+		args = append(args,
+			"--authorization-mode=RBAC",
+			// No kube-controller-manager runs here, so nothing would create
+			// the default ServiceAccount that this admission plugin insists on.
+			"--disable-admission-plugins=ServiceAccount",
+			// The `kubernetes` Service's endpoints would be the advertise
+			// address, and endpoint validation forbids loopback ones.
+			"--endpoint-reconciler-type=none",
+		)
+	}
+	cp.apiserverArgs = append(args, opts.ExtraAPIServerFlags...)
 	_, err := cp.spawn("kube-apiserver", cp.apiserverArgs...)
 	return err
 }
@@ -316,6 +390,34 @@ func (cp *ControlPlane) StartProcess(name, binary string, args ...string) (exite
 	return p.done, p.log, nil
 }
 
+// Exited returns an error naming the first process of the control plane
+// that has exited, with its last log lines; nil while all run. Waits that
+// depend on a process call it so that they fail fast instead of timing out.
+func (cp *ControlPlane) Exited() error {
+	for _, p := range cp.procs {
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited (%v); last log lines:\n%s", p.name, p.err, LogTail(p.log, 30))
+		default:
+		}
+	}
+	return nil
+}
+
+// StopProcess stops a process started by StartProcess (SIGTERM to its
+// process group, SIGKILL after 15 s) before the rest of the control plane,
+// for callers whose teardown has an order. Stopping an unknown or already
+// stopped name does nothing.
+func (cp *ControlPlane) StopProcess(name string) error {
+	for i, p := range cp.procs {
+		if p.name == name {
+			cp.procs = append(cp.procs[:i:i], cp.procs[i+1:]...)
+			return stopProcess(p)
+		}
+	}
+	return nil
+}
+
 func (cp *ControlPlane) spawnBinary(name, binary string, args ...string) (*process, error) {
 	logPath := filepath.Join(cp.Dir, name+".log")
 	logFile, err := os.Create(logPath)
@@ -323,6 +425,14 @@ func (cp *ControlPlane) spawnBinary(name, binary string, args ...string) (*proce
 		return nil, err
 	}
 	cmd := exec.Command(binary, args...)
+	if cp.netns != "" {
+		// nsenter enters only the network namespace and execs the binary in
+		// place (it forks only for a PID namespace), so the PID, process
+		// group and parent-death signal below are the binary's own. Not
+		// `ip netns exec`: it remounts /sys, which hides the cgroup mounts
+		// from the kubelet.
+		cmd = exec.Command("nsenter", append([]string{"--net=" + cp.netns, "--", binary}, args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -353,12 +463,8 @@ func (cp *ControlPlane) waitReady(ctx context.Context) error {
 	defer cancel()
 	var last string
 	for {
-		for _, p := range cp.procs {
-			select {
-			case <-p.done:
-				return fmt.Errorf("%s exited during start-up (%v); last log lines:\n%s", p.name, p.err, LogTail(p.log, 30))
-			default:
-			}
+		if err := cp.Exited(); err != nil {
+			return fmt.Errorf("during start-up: %w", err)
 		}
 		last = probe(ctx, httpClient, cp.URL+"/readyz")
 		if last == "" {
@@ -418,6 +524,26 @@ func (cp *ControlPlane) UserKubeconfig(user string, groups ...string) (string, e
 	cfg.CurrentContext = user
 	path := filepath.Join(cp.Dir, "kubeconfig-"+sanitize(user))
 	return path, clientcmd.WriteToFile(*cfg, path)
+}
+
+// RewriteKubeconfig writes kubeconfig in to out with every cluster's server
+// URL set to server (and, when ca is not nil, its CA and TLS server name
+// replaced): the same user reaching another endpoint, such as a profile's
+// aggregated path.
+func RewriteKubeconfig(in, out, server string, ca []byte, serverName string) error {
+	cfg, err := clientcmd.LoadFromFile(in)
+	if err != nil {
+		return err
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = server
+		if ca != nil {
+			c.CertificateAuthority = ""
+			c.CertificateAuthorityData = ca
+			c.TLSServerName = serverName
+		}
+	}
+	return clientcmd.WriteToFile(*cfg, out)
 }
 
 // Kubectl is the path of the kubectl built with the control plane.
@@ -495,7 +621,13 @@ func RepoRoot() (string, error) {
 	}
 }
 
-func freePort() (int, error) {
+// freePort picks a free loopback port of this machine; inside a network
+// namespace of its own the control plane is alone and uses the well-known
+// port instead.
+func (cp *ControlPlane) freePort(wellKnown int) (int, error) {
+	if cp.netns != "" {
+		return wellKnown, nil
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cachetier/cachetier/api/v1alpha1"
 	"github.com/cachetier/cachetier/hack/controlplane"
@@ -222,27 +221,11 @@ func (t *Tier) probe(path string) string {
 // writes it to out. kubectl and client-go then read through the tier
 // unchanged, with the user's own identity.
 func (t *Tier) AggregatedKubeconfig(kubeconfig, out string) error {
-	return rewriteServer(kubeconfig, out, t.AggregatedURL, nil, "")
+	return controlplane.RewriteKubeconfig(kubeconfig, out, t.AggregatedURL, nil, "")
 }
 
 // DirectKubeconfig rewrites kubeconfig to talk to the tier process itself
 // (its ClusterIP), bypassing the aggregator: handy for /metrics.
 func (t *Tier) DirectKubeconfig(kubeconfig, out string) error {
-	return rewriteServer(kubeconfig, out, t.DirectURL, t.DirectCA, t.ServerName)
-}
-
-func rewriteServer(in, out, server string, ca []byte, serverName string) error {
-	cfg, err := clientcmd.LoadFromFile(in)
-	if err != nil {
-		return err
-	}
-	for _, c := range cfg.Clusters {
-		c.Server = server
-		if ca != nil {
-			c.CertificateAuthority = ""
-			c.CertificateAuthorityData = ca
-			c.TLSServerName = serverName
-		}
-	}
-	return clientcmd.WriteToFile(*cfg, out)
+	return controlplane.RewriteKubeconfig(kubeconfig, out, t.DirectURL, t.DirectCA, t.ServerName)
 }

@@ -59,6 +59,16 @@ func NewCA(commonName string) (*CA, error) {
 	return &CA{Cert: cert, Key: key, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
 }
 
+// KeyPEM encodes the CA's private key, for a component that signs with it
+// (kube-controller-manager's CSR signer).
+func (ca *CA) KeyPEM() ([]byte, error) {
+	der, err := x509.MarshalECPrivateKey(ca.Key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
+}
+
 // IssueClient signs a client certificate; organizations become the user's
 // groups in Kubernetes' x509 authenticator.
 func (ca *CA) IssueClient(commonName string, organizations []string) (KeyPair, error) {

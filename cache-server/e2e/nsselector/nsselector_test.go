@@ -1,8 +1,9 @@
-// Package nsselector tests a profile's namespaceSelector end to end: only
-// objects in matching namespaces are cached and served, and relabelling a
-// namespace moves its objects in and out of the cache — for LISTs and for
-// watchers (an informer on each tier follows every move), on the standalone
-// tier and on a fleet of two shards behind a front, side by side.
+// Package nsselector tests a profile's namespaceSelector and labelSelector
+// end to end: only objects in matching namespaces (with matching labels)
+// are cached and served, and relabelling a namespace (an object) moves its
+// objects (it) in and out of the cache — for LISTs and for watchers (an
+// informer on each tier follows every move), on the standalone tier and on
+// a fleet of two shards behind a front, side by side.
 package nsselector
 
 import (
@@ -44,6 +45,12 @@ func TestMain(m *testing.M) {
 			HashShards: 2,
 			Resources: []v1alpha1.CachedResource{
 				{Version: "v1", Resource: "configmaps", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "x"}}},
+				// As config/samples filters Certificates: a set-based
+				// expression, which a selector's String form must carry.
+				{Version: "v1", Resource: "secrets", LabelSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+					{Key: "skip", Operator: metav1.LabelSelectorOpDoesNotExist},
+					{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"a", "b"}},
+				}}},
 			},
 		},
 		Seed:        seed,
@@ -67,7 +74,67 @@ func seed(ctx context.Context, admin *rest.Config) error {
 			return err
 		}
 	}
+	for i, labels := range []map[string]string{{"tier": "a"}, {"tier": "b"}, {"tier": "c"}, {"tier": "a", "skip": "1"}, {}} {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s-%d", i), Labels: labels}, StringData: map[string]string{"i": fmt.Sprint(i)}}
+		if _, err := kc.CoreV1().Secrets("sel-b").Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// labelSelector is the secrets resource's selector, as a LIST parameter.
+const labelSelector = "!skip,tier in (a,b)"
+
+// secretKeys lists secrets as namespace/name@rv.
+func secretKeys(t *testing.T, kc kubernetes.Interface, selector string) string {
+	t.Helper()
+	l, err := kc.CoreV1().Secrets("sel-b").List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, s := range l.Items {
+		out = append(out, s.Namespace+"/"+s.Name+"@"+s.ResourceVersion)
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+// TestLabelSelector: a resource with a labelSelector holds exactly what the
+// apiserver lists with that selector, and objects relabelled into or out of
+// it enter and leave the cache.
+func TestLabelSelector(t *testing.T) {
+	ctx := context.Background()
+	check := func(stage string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for _, tc := range tiers {
+			for {
+				w, g := secretKeys(t, apiserver, labelSelector), secretKeys(t, tc.kc, "")
+				if w == g && w != "" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: %s serves\n %s\nwant the apiserver's secrets matching %q:\n %s", stage, tc.name, g, labelSelector, w)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}
+	check("initial")
+	patch := func(name, labels string) {
+		t.Helper()
+		if _, err := apiserver.CoreV1().Secrets("sel-b").Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"labels":`+labels+`}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	patch("s-3", `{"skip":null}`) // enters
+	check("after s-3 lost its skip label")
+	patch("s-0", `{"tier":"c"}`) // leaves
+	check("after s-0 moved to tier c")
+	patch("s-4", `{"tier":"b"}`) // enters
+	check("after s-4 got tier b")
 }
 
 func createNamespace(ctx context.Context, kc kubernetes.Interface, ns, team string, configMaps int) error {

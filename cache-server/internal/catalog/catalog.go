@@ -97,7 +97,9 @@ func Resolve(ctx context.Context, cfg *rest.Config, spec v1alpha1.CacheProfileSp
 			if err != nil {
 				return nil, fmt.Errorf("resource %s: invalid labelSelector: %w", describe(gvr), err)
 			}
-			if sel != labels.Everything() {
+			// Not sel != labels.Everything(): comparing two selectors as
+			// interfaces panics (their dynamic type is a slice).
+			if !sel.Empty() {
 				e.Resource.LabelSelector = sel.String()
 			}
 		}

@@ -1,0 +1,349 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Stop tears the cluster down in the order that leaves nothing behind:
+// controllers first (so nothing recreates pods), then every pod through the
+// kubelet (so CNI releases addresses and containerd removes sandboxes and
+// their mounts), kube-proxy and its rules, the kubelet, containerd and its
+// shims, whatever is still mounted under the node's directory, the control
+// plane, the network namespace (its interfaces and iptables rules go with
+// it), the host's veth end and route, and the directory. Safe to call twice;
+// it carries on after errors and reports them all.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		var errs []error
+		if c.ControlPlane != nil {
+			errs = append(errs, c.StopProcess(procControllerManager), c.StopProcess(procScheduler))
+			if err := c.deleteAllPods(ctx); err != nil {
+				errs = append(errs, err)
+			}
+			errs = append(errs, c.StopProcess(procKubeProxy))
+			if out, err := c.inNode(ctx, filepath.Join(c.opts.BinDir, "kube-proxy"), "--cleanup").CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("kube-proxy --cleanup: %w: %s", err, lastLines(string(out), 5)))
+			}
+			errs = append(errs, c.StopProcess(procKubelet), c.StopProcess(procContainerd))
+		}
+		errs = append(errs, killProcessesUsing(c.Layout.Dir), unmountUnder(c.Layout.Dir))
+		if c.ControlPlane != nil {
+			errs = append(errs, c.ControlPlane.Stop())
+		}
+		errs = append(errs, teardownNetwork(ctx, c.Addresses))
+		if c.Layout.Dir != "" {
+			errs = append(errs, os.RemoveAll(c.Layout.Dir))
+		}
+		if c.slot != nil {
+			errs = append(errs, c.slot.release())
+		}
+		c.stopErr = errors.Join(errs...)
+	})
+	return c.stopErr
+}
+
+// deleteAllPods deletes every pod and waits until the kubelet has stopped
+// them all (it removes a pod's object only after its containers are gone).
+func (c *Cluster) deleteAllPods(ctx context.Context) error {
+	cs, _, err := c.Clientset()
+	if err != nil {
+		return err
+	}
+	grace := int64(2)
+	if err := cs.CoreV1().Pods(metav1.NamespaceAll).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, metav1.ListOptions{}); err != nil {
+		// DeleteCollection is not served across namespaces; delete per pod.
+		pods, lerr := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if lerr != nil {
+			return fmt.Errorf("delete pods: %w", lerr)
+		}
+		for _, p := range pods.Items {
+			_ = cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+		}
+	}
+	return waitFor(ctx, "every pod stopped by the kubelet", time.Minute, nil,
+		func(ctx context.Context) (string, bool) {
+			pods, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err.Error(), false
+			}
+			var left []string
+			for _, p := range pods.Items {
+				left = append(left, p.Namespace+"/"+p.Name)
+			}
+			return strings.Join(left, ", ") + " left", len(left) == 0
+		}, nil)
+}
+
+func (c *Cluster) inNode(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + c.Addresses.NetNSPath(), "--", name}, args...)...)
+}
+
+// cleanupLocal removes what a cluster in the slot left on this machine
+// without any help from its API: processes, mounts, the network, the
+// directory. It is how a run that died is cleaned up by the next one.
+func cleanupLocal(ctx context.Context, a Addresses, dir string) error {
+	var errs []error
+	if dir != "" {
+		errs = append(errs, killProcessesUsing(dir), unmountUnder(dir))
+	}
+	errs = append(errs, teardownNetwork(ctx, a))
+	if dir != "" {
+		errs = append(errs, os.RemoveAll(dir))
+	}
+	return errors.Join(errs...)
+}
+
+// killProcessesUsing kills every process whose command line names dir (each
+// component is started with its files there, containerd's shims with its
+// socket) and everything those processes started (the containers, which the
+// shims reparent to themselves), children first.
+func killProcessesUsing(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	procs := processTable()
+	needle := strings.TrimRight(dir, "/") + "/"
+	var roots []int
+	for pid, p := range procs {
+		if pid != os.Getpid() && strings.Contains(p.cmdline, needle) {
+			roots = append(roots, pid)
+		}
+	}
+	if len(roots) == 0 {
+		return nil
+	}
+	children := map[int][]int{}
+	for pid, p := range procs {
+		children[p.ppid] = append(children[p.ppid], pid)
+	}
+	var order []int // descendants before ancestors
+	seen := map[int]bool{}
+	var visit func(int)
+	visit = func(pid int) {
+		if seen[pid] {
+			return
+		}
+		seen[pid] = true
+		for _, ch := range children[pid] {
+			visit(ch)
+		}
+		order = append(order, pid)
+	}
+	for _, r := range roots {
+		visit(r)
+	}
+	for _, pid := range order {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pid := range order {
+		for processAlive(pid) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	var alive []string
+	for _, pid := range order {
+		if processAlive(pid) {
+			alive = append(alive, fmt.Sprintf("%d (%s)", pid, procs[pid].cmdline))
+		}
+	}
+	if len(alive) > 0 {
+		return fmt.Errorf("processes still alive after SIGKILL: %s", strings.Join(alive, ", "))
+	}
+	return nil
+}
+
+type procInfo struct {
+	ppid    int
+	cmdline string
+}
+
+func processTable() map[int]procInfo {
+	out := map[int]procInfo{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// The command name in parentheses may hold spaces: fields start
+		// after its closing parenthesis.
+		rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
+		f := strings.Fields(rest)
+		if len(f) < 2 || f[0] == "Z" {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		out[pid] = procInfo{ppid: ppid, cmdline: strings.ReplaceAll(string(cmd), "\x00", " ")}
+	}
+	return out
+}
+
+func processAlive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
+	f := strings.Fields(rest)
+	return len(f) > 0 && f[0] != "Z"
+}
+
+// mountsUnder lists mount points at or below dir, deepest first.
+func mountsUnder(dir string) []string {
+	if dir == "" {
+		return nil
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return strings.Count(out[i], "/") > strings.Count(out[j], "/") })
+	return out
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// unmountUnder detaches every mount below dir (pod volumes, container root
+// filesystems, sandbox network namespaces and shm), deepest first.
+func unmountUnder(dir string) error {
+	var errs []error
+	for pass := 0; pass < 3; pass++ {
+		mps := mountsUnder(dir)
+		if len(mps) == 0 {
+			return nil
+		}
+		errs = errs[:0]
+		for _, mp := range mps {
+			if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+				errs = append(errs, fmt.Errorf("unmount %s: %w", mp, err))
+			}
+		}
+	}
+	if left := mountsUnder(dir); len(left) > 0 {
+		errs = append(errs, fmt.Errorf("still mounted: %s", strings.Join(left, ", ")))
+	}
+	return errors.Join(errs...)
+}
+
+// hostIPTablesRules is the host's own ruleset (filter and nat). Every rule
+// the node's components write belongs in the node's namespace; comparing
+// this before and after proves none leaked to the host.
+func hostIPTablesRules(ctx context.Context) string {
+	out, err := exec.CommandContext(ctx, "iptables-save").Output()
+	if err != nil {
+		return "iptables-save: " + err.Error()
+	}
+	var keep []string
+	for _, line := range strings.Split(string(out), "\n") {
+		// Comments carry timestamps; counters change with traffic.
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue
+		}
+		if strings.HasPrefix(line, ":") {
+			if i := strings.LastIndexByte(line, '['); i > 0 {
+				line = strings.TrimSpace(line[:i])
+			}
+		}
+		keep = append(keep, line)
+	}
+	return strings.Join(keep, "\n")
+}
+
+func namespaceExists(a Addresses) bool {
+	_, err := os.Stat(a.NetNSPath())
+	return err == nil || linkExists(a.HostVeth)
+}
+
+// Leftovers lists what the cluster left on this machine after Stop: running
+// processes that name its directory, mounts under it, the directory itself,
+// the network namespace, the host's veth end and route, and host iptables
+// rules that differ from before Start. Empty means a clean teardown.
+func (c *Cluster) Leftovers(ctx context.Context) []string {
+	var out []string
+	dir := c.Layout.Dir
+	needle := strings.TrimRight(dir, "/") + "/"
+	for pid, p := range processTable() {
+		if pid != os.Getpid() && dir != "" && strings.Contains(p.cmdline, needle) {
+			out = append(out, fmt.Sprintf("process %d: %s", pid, p.cmdline))
+		}
+	}
+	for _, mp := range mountsUnder(dir) {
+		out = append(out, "mount "+mp)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		out = append(out, "directory "+dir)
+	}
+	if _, err := os.Stat(c.Addresses.NetNSPath()); err == nil {
+		out = append(out, "network namespace "+c.Addresses.NetNS)
+	}
+	if linkExists(c.Addresses.HostVeth) {
+		out = append(out, "interface "+c.Addresses.HostVeth)
+	}
+	if routes, err := exec.CommandContext(ctx, "ip", "route", "show", c.Addresses.Block.String()).Output(); err == nil && strings.TrimSpace(string(routes)) != "" {
+		out = append(out, "route "+strings.TrimSpace(string(routes)))
+	}
+	if now := hostIPTablesRules(ctx); now != c.hostIPTables {
+		out = append(out, fmt.Sprintf("host iptables changed:\nbefore:\n%s\nafter:\n%s", c.hostIPTables, now))
+	}
+	return out
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
