@@ -305,6 +305,12 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(l.CNIConfDir(), "10-cachetier.conflist"), []byte(RenderCNIConfig(l, c.Addresses)), 0o644); err != nil {
 		return err
 	}
+	if err := os.MkdirAll(filepath.Dir(l.RegistryHostsFile()), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(l.RegistryHostsFile(), []byte(RenderRegistryHosts()), 0o644); err != nil {
+		return err
+	}
 	if _, _, err := c.StartProcess(procContainerd, "containerd", "--config="+l.ContainerdConfig(), "--log-level=info"); err != nil {
 		return err
 	}

@@ -33,6 +33,7 @@ func (l Layout) ContainerdRoot() string   { return l.path("containerd", "root") 
 func (l Layout) ContainerdState() string  { return l.path("containerd", "state") }
 func (l Layout) ContainerdSocket() string { return l.path("containerd", "containerd.sock") }
 func (l Layout) RuncRoot() string         { return l.path("containerd", "runc") }
+func (l Layout) RegistryConfig() string   { return l.path("containerd", "certs.d") }
 func (l Layout) CNIConfDir() string       { return l.path("cni", "net.d") }
 func (l Layout) CNIIPAMDir() string       { return l.path("cni", "ipam") }
 func (l Layout) KubeletRoot() string      { return l.path("kubelet") }
@@ -96,8 +97,30 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = %s
     conf_dir = %s
     max_conf_num = 1
+
+  # Every registry is the one in RenderRegistryHosts: none.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %s
 `, q(l.ContainerdRoot()), q(l.ContainerdState()), q(l.ContainerdSocket()), q(l.ContainerdSocket()+".ttrpc"),
-		q(l.path("containerd", "opt")), q(sandboxImage), q(l.RuncRoot()), q(CNIBinDir), q(l.CNIConfDir()))
+		q(l.path("containerd", "opt")), q(sandboxImage), q(l.RuncRoot()), q(CNIBinDir), q(l.CNIConfDir()), q(l.RegistryConfig()))
+}
+
+// RegistryHostsFile is where containerd looks for the hosts of any registry
+// without a directory of its own.
+func (l Layout) RegistryHostsFile() string {
+	return filepath.Join(l.RegistryConfig(), "_default", "hosts.toml")
+}
+
+// RenderRegistryHosts sends every pull to a closed port of the node's own
+// loopback. This node has no registry (images are imported), and a pull
+// must not look a registry's name up with the machine's resolver, which
+// containerd would otherwise read from the host's /etc/resolv.conf: a pod
+// whose image is missing fails at once with "connection refused" on
+// 127.0.0.1, and nothing leaves the node.
+func RenderRegistryHosts() string {
+	return `# No registry: images are imported with ctr images import.
+server = "http://127.0.0.1:1"
+`
 }
 
 // RenderCNIConfig returns the pod network: the bridge plugin on the node's

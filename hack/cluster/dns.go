@@ -12,32 +12,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/cachetier/cachetier/hack/imagebuild"
 )
 
 // dnsPort is where CoreDNS listens inside its pod: above 1024, so the
-// container needs no capability; the Service maps 53 to it.
+// container (uid 65532) needs no capability; the Service maps 53 to it.
 const dnsPort = 1053
-
-// Corefile serves cluster.local and reverse lookups from the API and
-// nothing else: there is no forward plugin, because pods must never reach
-// the machine's resolver (other names get REFUSED).
-func Corefile() string {
-	return fmt.Sprintf(`.:%d {
-    errors
-    health :8080
-    ready :8181
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-        pods insecure
-        fallthrough in-addr.arpa ip6.arpa
-        ttl 30
-    }
-    cache 30
-    loop
-    reload
-    loadbalance
-}
-`, dnsPort)
-}
 
 // DNSObjects are the cluster DNS's objects, as kubeadm deploys CoreDNS:
 // ServiceAccount, ClusterRole(+Binding) to read Services and
@@ -63,7 +44,7 @@ func DNSObjects(a Addresses, image string) (sa *corev1.ServiceAccount, role *rba
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
 	}
-	cm = &corev1.ConfigMap{ObjectMeta: meta(name), Data: map[string]string{"Corefile": Corefile()}}
+	cm = &corev1.ConfigMap{ObjectMeta: meta(name), Data: map[string]string{"Corefile": imagebuild.Corefile}}
 	httpProbe := func(path string, port int) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(int32(port))}},
@@ -89,7 +70,7 @@ func DNSObjects(a Addresses, image string) (sa *corev1.ServiceAccount, role *rba
 						Name:            name,
 						Image:           image,
 						ImagePullPolicy: corev1.PullNever,
-						Args:            []string{"-conf", "/etc/coredns/Corefile"},
+						Args:            []string{"-conf", "/etc/coredns/Corefile", fmt.Sprintf("-dns.port=%d", dnsPort)},
 						Ports: []corev1.ContainerPort{
 							{Name: "dns", ContainerPort: dnsPort, Protocol: corev1.ProtocolUDP},
 							{Name: "dns-tcp", ContainerPort: dnsPort, Protocol: corev1.ProtocolTCP},

@@ -75,3 +75,18 @@ func (s *slot) release() error {
 	err := s.file.Truncate(0)
 	return errors.Join(err, s.file.Close())
 }
+
+// slotHeld says whether a running cluster owns slot (its number, as in the
+// namespace's name).
+func slotHeld(slot string) bool {
+	f, err := os.OpenFile(filepath.Join(slotDir, "slot-"+slot), os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
+}

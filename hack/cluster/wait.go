@@ -105,7 +105,7 @@ func (c *Cluster) WaitPodsReady(ctx context.Context, namespace, selector string,
 					ready++
 					continue
 				}
-				if reason := podCannotStart(p); reason != "" {
+				if reason := PodCannotStart(p); reason != "" {
 					fatal = fmt.Errorf("pod %s/%s cannot start: %s", p.Namespace, p.Name, reason)
 					return reason, true
 				}
@@ -134,10 +134,10 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// podCannotStart says why a pod will not become Ready without someone
+// PodCannotStart says why a pod will not become Ready without someone
 // acting, or "" while it may still get there. Image pulls cannot succeed on
 // this node (nothing can be pulled), so pull errors are final.
-func podCannotStart(p *corev1.Pod) string {
+func PodCannotStart(p *corev1.Pod) string {
 	for _, st := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
 		if w := st.State.Waiting; w != nil {
 			switch w.Reason {

@@ -42,10 +42,12 @@ const (
 	Cachetier = "cachetier"
 	Pause     = "pause"
 	CoreDNS   = "coredns"
+	// NetCheck is hack/netcheck, the probe pod of hack/cluster's own test.
+	NetCheck = "netcheck"
 )
 
 // Names lists every image, in build order.
-func Names() []string { return []string{Cachetier, Pause, CoreDNS} }
+func Names() []string { return []string{Cachetier, Pause, CoreDNS, NetCheck} }
 
 // Repositories of the images; the tag is added from the content. cachetier's
 // is the one the manifests and the bundle name. The others never leave the
@@ -55,6 +57,7 @@ const (
 	cachetierRepo = "ghcr.io/cachetier/cachetier"
 	pauseRepo     = "localhost/cachetier/pause"
 	corednsRepo   = "localhost/cachetier/coredns"
+	netcheckRepo  = "localhost/cachetier/netcheck"
 )
 
 // Image is one built image, as Build returns it and images.json lists it.
@@ -223,6 +226,14 @@ func buildOne(ctx context.Context, opts Options, name string) (Image, error) {
 			return Image{}, err
 		}
 		spec, repo, tagPrefix = pauseSpec(binDir), pauseRepo, "dev"
+	case NetCheck:
+		if err := goBuild(ctx, opts.Root, filepath.Join(binDir, "netcheck"), "./hack/netcheck"); err != nil {
+			return Image{}, err
+		}
+		spec, repo, tagPrefix = binarySpec(binDir, "netcheck", nonrootUID, map[string]string{
+			"org.opencontainers.image.source":      "https://github.com/cachetier/cachetier",
+			"org.opencontainers.image.description": "cachetier test node network probe (hack/netcheck)",
+		}), netcheckRepo, "dev"
 	case CoreDNS:
 		module := filepath.Join(opts.Root, "hack", "coredns-build")
 		version, err := moduleVersion(ctx, module, corednsModule)
@@ -425,4 +436,40 @@ func binarySpec(binDir, name string, uid int, labels map[string]string) ociimage
 			Labels:     labels,
 		},
 	}
+}
+
+// EnvImages names a directory with images.json (what `make image` writes);
+// test packages use its images instead of each building its own.
+const EnvImages = "CACHETIER_IMAGES"
+
+// Prebuilt returns the images named from $CACHETIER_IMAGES when it is set
+// (an error if any is missing there), else builds them into out.
+func Prebuilt(ctx context.Context, out string, log io.Writer, names ...string) ([]Image, error) {
+	dir := os.Getenv(EnvImages)
+	if dir == "" {
+		return Build(ctx, Options{Out: out, Images: names, Log: log})
+	}
+	all, err := ReadManifest(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%s: %w (run `make image`)", EnvImages, dir, err)
+	}
+	var images []Image
+	for _, name := range names {
+		img, ok := Find(all, name)
+		if !ok {
+			return nil, fmt.Errorf("%s=%s has no %s image (run `make image`)", EnvImages, dir, name)
+		}
+		images = append(images, img)
+	}
+	return images, nil
+}
+
+// Find returns the image called name.
+func Find(images []Image, name string) (Image, bool) {
+	for _, img := range images {
+		if img.Name == name {
+			return img, true
+		}
+	}
+	return Image{}, false
 }
