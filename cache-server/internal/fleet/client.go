@@ -28,7 +28,7 @@ type Client struct {
 	http    *http.Client
 	topo    *topology.Topology
 	metrics *metrics.Metrics
-	pools  *shardwire.Pools
+	pools   *shardwire.Pools
 	// next rotates the replica tried first, per shard, so reads spread
 	// over replicas.
 	next []atomic.Uint32
@@ -169,6 +169,11 @@ func (c *Client) call(ctx context.Context, i int, prefer, path string, q url.Val
 	if err != nil {
 		return shardwire.Record{}, c.readError(i, err)
 	}
+	// A call's answer is this one record (a watermark: not a list's end
+	// record): read the body to its end on Close so the connection is
+	// reused. Closed unread, every consistent read cost the front and
+	// the shards three new TLS connections (current RV, a wait per shard).
+	s.ended = true
 	if rec.Kind == shardwire.KindError {
 		return rec, rec.Header.Error.Err()
 	}

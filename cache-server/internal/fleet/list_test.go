@@ -44,7 +44,7 @@ type listFixture struct {
 	// compress: the shards that answer in S2 when asked (every other
 	// one: the front reads both).
 	compress map[*store.Store]bool
-	pools   *shardwire.Pools
+	pools    *shardwire.Pools
 }
 
 // newListFixture spreads objects over n shards of 16 hash shards as a
