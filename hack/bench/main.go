@@ -65,6 +65,9 @@ type options struct {
 	pageIters   int
 	concurrency int
 	binary      string
+	// freshness, when set, is the profile's freshnessTimeout: a
+	// consistent read's wait for the tier before its 504.
+	freshness time.Duration
 	// profileDir, when set, receives a CPU profile of each server taken
 	// while it serves full and paginated LISTs (after the measurements).
 	profileDir string
@@ -98,6 +101,7 @@ func main() {
 	flag.StringVar(&o.tierEnv, "tier-env", "", "extra environment for the cache-server process only, space-separated NAME=value (e.g. GOGC=50)")
 	flag.StringVar(&o.tierFlags, "tier-flags", "", "extra cache-server standalone flags, space-separated (e.g. \"--gc-percent=50\")")
 	flag.StringVar(&o.profileDir, "profile-dir", "", "write CPU profiles of both servers under LIST load here (/debug/pprof/profile; both serve it to the admin)")
+	flag.DurationVar(&o.freshness, "freshness-timeout", 0, "the tier profile's freshnessTimeout (default: the profile's default, 3s); the 100k-object scale run on a loaded machine needs more")
 	flag.IntVar(&o.fleet, "fleet", 0, "run the tier as a fleet of this many shard processes and a front (list mode only; CPU and RSS summed over the processes)")
 	mode := flag.String("mode", "list", "benchmark: list, watchlist, fanout, or watch (watchlist and fanout)")
 	wo := watchFlags()
@@ -203,7 +207,7 @@ func run(ctx context.Context, o options) error {
 		if _, done := baseRSS[d.resource]; done {
 			continue
 		}
-		base, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, "empty", d.resource, o.fleet)
+		base, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, "empty", d.resource, o.fleet, o.freshness)
 		if err != nil {
 			return err
 		}
@@ -225,7 +229,7 @@ func run(ctx context.Context, o options) error {
 		time.Sleep(2 * time.Second)
 		apiAfter := rss(apiPID)
 
-		t, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, d.name, d.resource, o.fleet)
+		t, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, d.name, d.resource, o.fleet, o.freshness)
 		if err != nil {
 			return err
 		}
@@ -301,11 +305,14 @@ type tierProc struct {
 // startTier runs `cache-server standalone` caching the given core/v1
 // resource in the namespaces labelled bench=<set>, and waits until it is
 // ready.
-func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.Config, binary, flags, env, set, resource string, shards int) (*tierProc, error) {
+func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.Config, binary, flags, env, set, resource string, shards int, freshness time.Duration) (*tierProc, error) {
 	spec := v1alpha1.CacheProfileSpec{HashShards: 4, Resources: []v1alpha1.CachedResource{{
 		Version: "v1", Resource: resource,
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"bench": set}},
 	}}}
+	if freshness > 0 {
+		spec.FreshnessTimeout = &metav1.Duration{Duration: freshness}
+	}
 	prof := v1alpha1.CacheProfile{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "CacheProfile"}, ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Spec: spec}
 	data, err := yaml.Marshal(prof)
 	if err != nil {
