@@ -37,7 +37,7 @@ type Server struct {
 	resources map[string]ingest.Resource
 	metrics   *metrics.Metrics
 	log       logr.Logger
-	pools    *shardwire.Pools
+	pools     *shardwire.Pools
 	// bufs pools the write buffers of compressed lists (an encoder writes
 	// each block, a few KB, on its own).
 	bufs sync.Pool
