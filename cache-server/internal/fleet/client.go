@@ -83,9 +83,9 @@ func (s *stream) Close() error {
 }
 
 // open sends a shard request to one replica of shard i, trying the others
-// when one cannot be reached. A replica that answers with an HTTP error
-// (authentication, authorization) is an answer, not a reason to try the
-// next one.
+// when one cannot be reached or is still loading (429). A replica that
+// answers with another HTTP error (authentication, authorization) is an
+// answer, not a reason to try the next one.
 func (c *Client) open(ctx context.Context, i int, path string, q url.Values) (*stream, error) {
 	return c.openPreferring(ctx, i, "", path, q)
 }
@@ -103,6 +103,7 @@ func (c *Client) openPreferring(ctx context.Context, i int, prefer, path string,
 		endpoints = append(slices.Clone(endpoints[first:]), endpoints[:first]...)
 	}
 	var lastErr error
+	initializing := false
 	for _, ep := range endpoints {
 		u := url.URL{Scheme: "https", Host: ep, Path: path, RawQuery: q.Encode()}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
@@ -118,6 +119,15 @@ func (c *Client) openPreferring(ctx context.Context, i int, prefer, path string,
 				return nil, ctx.Err()
 			}
 			lastErr = err
+			continue
+		}
+		if resp.StatusCode == http.StatusTooManyRequests {
+			// This replica is still loading (a pod that just started: the
+			// shards' headless Service publishes replicas before they are
+			// ready, so their DNS names exist from the start). Another
+			// replica may have the data.
+			resp.Body.Close()
+			initializing, lastErr = true, fmt.Errorf("%s is loading its data", ep)
 			continue
 		}
 		if resp.StatusCode != http.StatusOK {
@@ -139,6 +149,12 @@ func (c *Client) openPreferring(ctx context.Context, i int, prefer, path string,
 		}
 		st.r, st.pools = c.pools.Reader(body), c.pools
 		return st, nil
+	}
+	if initializing {
+		// As the apiserver's cacher answers while it initializes: the
+		// client retries after a second.
+		c.metrics.FleetShardCalls.WithLabelValues(sh.Name, verb, "initializing").Inc()
+		return nil, apierrors.NewTooManyRequests(fmt.Sprintf("shard %s is (re)initializing: %v", sh.Name, lastErr), 1)
 	}
 	c.metrics.FleetShardCalls.WithLabelValues(sh.Name, verb, "unreachable").Inc()
 	return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("shard %s is unreachable: %v", sh.Name, lastErr))
