@@ -19,16 +19,27 @@ all: build
 ##@ Main jobs
 
 .PHONY: run
-FLEET ?= 0
+FLEET   ?= 0
+CLUSTER ?= processes
 
-run: controlplane ## Start a local control plane with sample data and the tier behind the aggregator (FLEET=N: N shard processes and a front); Ctrl-C stops it.
+ifeq ($(CLUSTER),node)
+RUN_DEPS := controlplane node-deps image
+RUN_ARGS := --node
+RUN_ENV  := CACHETIER_IMAGES=$(BIN)/images
+else
+RUN_DEPS := controlplane
+RUN_ARGS := --cache-server $(BIN)/cache-server --fleet $(FLEET)
+RUN_ENV  :=
+endif
+
+run: $(RUN_DEPS) ## Start a local control plane with sample data and the tier behind the aggregator (FLEET=N: N shard processes and a front; CLUSTER=node: a real node, the operator installed from the image with kustomize, the sample profile's fleet as pods; needs root); Ctrl-C stops it.
 	go build -o $(BIN)/localcluster ./hack/localcluster
 	go build -o $(BIN)/cache-server ./cache-server
-	$(BIN)/localcluster --cache-server $(BIN)/cache-server --fleet $(FLEET)
+	$(RUN_ENV) $(BIN)/localcluster $(RUN_ARGS)
 
 .PHONY: test
-test: controlplane vet ## Everything CI runs: unit, fuzz seed corpora, integration tests against a real apiserver.
-	go test $(GO_TEST_FLAGS) ./...
+test: controlplane node-deps test-deps image vet ## Everything CI runs: unit, fuzz seed corpora, integration tests against a real apiserver, promtool rule tests, end-to-end tests on a real node.
+	CACHETIER_IMAGES=$(BIN)/images go test $(GO_TEST_FLAGS) ./...
 
 BENCH_FLAGS ?=
 
@@ -46,8 +57,16 @@ build: ## Build all binaries into bin/.
 image: ## Build the cachetier, pause and CoreDNS images as OCI archives into bin/images/ (no container engine needed; see images.json).
 	go run ./hack/imagebuild/cmd/imagebuild -out $(BIN)/images
 
+.PHONY: node-deps
+node-deps: ## Install the Debian packages a local node needs (containerd, runc, CNI plugins, iptables, conntrack) when any is missing (as root).
+	hack/install-node-deps.sh
+
+.PHONY: test-deps
+test-deps: ## Install the Debian packages tests run (promtool from prometheus) when missing; as root it apt-get installs them.
+	hack/install-debian-deps.sh promtool=prometheus
+
 .PHONY: controlplane
-controlplane: ## Build kube-apiserver, kubectl and etcd from the module proxy into bin/k8s/.
+controlplane: ## Build kube-apiserver, kubectl, etcd and the node's kubelet, kube-proxy, kube-scheduler, kube-controller-manager from the module proxy into bin/k8s/.
 	K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) CONTROLPLANE_DIR=$(CONTROLPLANE) hack/build-controlplane.sh
 
 ##@ Code generation

@@ -22,7 +22,7 @@ func testScheme(t *testing.T) *runtime.Scheme {
 func TestNeedsApply(t *testing.T) {
 	s := testScheme(t)
 	p := testProfile()
-	d, err := BuildDesired(p, testOpts, testCerts(t, p), true)
+	d, err := BuildDesired(p, testOpts, testCerts(t, p), Monitoring{ServiceMonitor: true, PrometheusRule: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestNeedsApply(t *testing.T) {
 	// (server-side apply then removes it).
 	p2 := testProfile()
 	p2.Spec.Scheduling.NodeSelector = map[string]string{"pool": "cache"}
-	d2, _ := BuildDesired(p2, testOpts, testCerts(t, p2), true)
+	d2, _ := BuildDesired(p2, testOpts, testCerts(t, p2), Monitoring{ServiceMonitor: true, PrometheusRule: true})
 	withSel, _ := toApplyObject(s, d2.Shards[0])
 	if need, why := NeedsApply(want, withSel); !need || why != "desired state changed" {
 		t.Errorf("removed field: %v %q", need, why)

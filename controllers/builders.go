@@ -121,8 +121,9 @@ func WithDefaults(in *cachev1alpha1.CacheProfile) *cachev1alpha1.CacheProfile {
 	return p
 }
 
-// Desired is every child of one profile. ServiceMonitor and APIService are
-// nil when not wanted; the reconciler deletes them in that case.
+// Desired is every child of one profile. ServiceMonitor, PrometheusRule and
+// APIService are nil when not wanted (the APIService is then deleted; the
+// monitoring kinds are only unwanted when their CRD is gone).
 type Desired struct {
 	ServiceAccount     *corev1.ServiceAccount
 	ConfigMap          *corev1.ConfigMap
@@ -139,6 +140,7 @@ type Desired struct {
 	AuthReaderBinding  *rbacv1.RoleBinding
 	APIService         *apiregv1.APIService
 	ServiceMonitor     *unstructured.Unstructured
+	PrometheusRule     *unstructured.Unstructured
 }
 
 // Objects lists the children in apply order: identity and configuration
@@ -157,15 +159,18 @@ func (d *Desired) Objects() []client.Object {
 	if d.ServiceMonitor != nil {
 		out = append(out, d.ServiceMonitor)
 	}
+	if d.PrometheusRule != nil {
+		out = append(out, d.PrometheusRule)
+	}
 	if d.APIService != nil {
 		out = append(out, d.APIService)
 	}
 	return out
 }
 
-// BuildDesired builds every child of a profile. withServiceMonitor says
-// whether the Prometheus Operator's CRD is installed.
-func BuildDesired(in *cachev1alpha1.CacheProfile, opts Options, certs Certificates, withServiceMonitor bool) (*Desired, error) {
+// BuildDesired builds every child of a profile. mon says which of the
+// Prometheus Operator's CRDs are installed.
+func BuildDesired(in *cachev1alpha1.CacheProfile, opts Options, certs Certificates, mon Monitoring) (*Desired, error) {
 	p := WithDefaults(in)
 	cm, err := BuildConfigMap(p, opts)
 	if err != nil {
@@ -195,8 +200,13 @@ func BuildDesired(in *cachev1alpha1.CacheProfile, opts Options, certs Certificat
 	if *p.Spec.Expose.APIService.Enabled {
 		d.APIService = BuildAPIService(p, opts, certs.CABundle())
 	}
-	if withServiceMonitor {
+	if mon.ServiceMonitor {
 		d.ServiceMonitor = BuildServiceMonitor(p, opts)
+	}
+	if mon.PrometheusRule {
+		if d.PrometheusRule, err = BuildPrometheusRule(p, opts); err != nil {
+			return nil, err
+		}
 	}
 	return d, nil
 }
@@ -232,7 +242,7 @@ type TopologyShard = topology.Shard
 
 // BuildTopology addresses shard replicas by their stable StatefulSet DNS
 // names (<pod>.<headless service>.<namespace>.svc), which exist for every
-// replica index whether or not the pod is ready yet.
+// replica whose pod has an address, ready or not (BuildShardsService).
 func BuildTopology(p *cachev1alpha1.CacheProfile, opts Options) Topology {
 	p = WithDefaults(p)
 	t := Topology{HashShards: p.Spec.HashShards}
@@ -327,14 +337,21 @@ func tlsVolumeMounts() []corev1.VolumeMount {
 }
 
 // BuildShardsService is the headless Service giving each shard replica a
-// stable DNS name (the StatefulSets' serviceName).
+// stable DNS name (the StatefulSets' serviceName). It publishes replicas
+// before they are ready: cluster DNS has no name for an unready endpoint,
+// and a front that looked one up while its shard was starting got an
+// NXDOMAIN that CoreDNS caches for 30 s (kubeadm's `cache 30`) — on a real
+// node the first rollout waited ~30 s after the shards were ready. A
+// replica that is up but still loading answers 429 and the front tries
+// another (fleet.Client).
 func BuildShardsService(p *cachev1alpha1.CacheProfile, opts Options) *corev1.Service {
 	return &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: objectMeta(p, opts.Namespace, shardsServiceName(p), ComponentShard),
 		Spec: corev1.ServiceSpec{
-			ClusterIP: corev1.ClusterIPNone,
-			Selector:  selectorLabels(p, ComponentShard),
+			ClusterIP:                corev1.ClusterIPNone,
+			PublishNotReadyAddresses: true,
+			Selector:                 selectorLabels(p, ComponentShard),
 			Ports: []corev1.ServicePort{
 				{Name: "shard", Port: ShardPort, TargetPort: intstr.FromString("shard"), Protocol: corev1.ProtocolTCP},
 				{Name: "metrics", Port: MetricsPort, TargetPort: intstr.FromString("metrics"), Protocol: corev1.ProtocolTCP},
@@ -490,6 +507,10 @@ func BuildShardStatefulSet(p *cachev1alpha1.CacheProfile, opts Options, a ShardA
 	}
 }
 
+// FrontShutdownDelaySeconds is how long a terminating front keeps serving
+// before it is signalled (well inside the 30 s grace period).
+const FrontShutdownDelaySeconds = 5
+
 // BuildFrontDeployment builds the front: the aggregated API server. It
 // calls the shards over TLS, verifying them with the serving Secret's CA
 // bundle (--shard-ca-file), and restarts when its certificate rotates.
@@ -514,6 +535,13 @@ func BuildFrontDeployment(p *cachev1alpha1.CacheProfile, opts Options, configHas
 			{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP},
 		},
 		VolumeMounts: tlsVolumeMounts(),
+		// A front whose pod is being deleted keeps serving a few seconds
+		// before its SIGTERM: kube-proxy and the aggregator route new
+		// requests to it until the EndpointSlice change reaches them
+		// (kube-apiserver's own answer is --shutdown-delay-duration). On
+		// a real node, reads during a front rollout got the aggregator's
+		// 503 without it.
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: FrontShutdownDelaySeconds}}},
 	}
 	return &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},

@@ -92,7 +92,7 @@ func TestWithDefaultsFillsSchemaDefaults(t *testing.T) {
 
 func TestBuildDesiredShapes(t *testing.T) {
 	p := testProfile()
-	d, err := BuildDesired(p, testOpts, testCerts(t, p), false)
+	d, err := BuildDesired(p, testOpts, testCerts(t, p), Monitoring{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +189,12 @@ func TestBuildDesiredShapes(t *testing.T) {
 		t.Errorf("shard pod template annotations: %v", s1.Spec.Template.Annotations)
 	}
 
+	if l := d.Front.Spec.Template.Spec.Containers[0].Lifecycle; l == nil || l.PreStop == nil || l.PreStop.Sleep == nil || l.PreStop.Sleep.Seconds != FrontShutdownDelaySeconds {
+		t.Errorf("a terminating front must keep serving until its endpoint is gone: lifecycle %+v", l)
+	}
+	if !d.ShardsService.Spec.PublishNotReadyAddresses {
+		t.Error("shards Service must publish unready replicas: their DNS names would be NXDOMAIN (and cached) while they start")
+	}
 	if d.ShardsService.Spec.ClusterIP != corev1.ClusterIPNone {
 		t.Error("shards service must be headless")
 	}
@@ -221,7 +227,7 @@ func TestBuildDesiredOptionalParts(t *testing.T) {
 		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone", WhenUnsatisfiable: corev1.ScheduleAnyway}},
 		PriorityClassName:         "high",
 	}
-	d, err := BuildDesired(p, testOpts, testCerts(t, p), true)
+	d, err := BuildDesired(p, testOpts, testCerts(t, p), Monitoring{ServiceMonitor: true, PrometheusRule: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +311,7 @@ func TestConfigHashesScopeRestarts(t *testing.T) {
 	build := func(mut func(*cachev1alpha1.CacheProfile)) *Desired {
 		p := testProfile()
 		mut(p)
-		d, err := BuildDesired(p, testOpts, certs, false)
+		d, err := BuildDesired(p, testOpts, certs, Monitoring{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,7 +337,7 @@ func TestConfigHashesScopeRestarts(t *testing.T) {
 	// shard's StatefulSet as it is (shards re-read the certificate files).
 	rotated := certs
 	rotated.ServingCertPEM, rotated.ServingKeyPEM = testCerts(t, testProfile()).ServingCertPEM, []byte("other key")
-	rd, err := BuildDesired(testProfile(), testOpts, rotated, false)
+	rd, err := BuildDesired(testProfile(), testOpts, rotated, Monitoring{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +357,7 @@ func TestServerURLAndNames(t *testing.T) {
 		t.Errorf("ServerURL = %s", got)
 	}
 	p.Name = strings.Repeat("a", 40)
-	d, err := BuildDesired(p, testOpts, testCerts(t, p), true)
+	d, err := BuildDesired(p, testOpts, testCerts(t, p), Monitoring{ServiceMonitor: true, PrometheusRule: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,10 +36,6 @@ import (
 	cachev1alpha1 "github.com/cachetier/cachetier/api/v1alpha1"
 )
 
-// ServiceMonitorCRDName is the Prometheus Operator CRD whose presence makes
-// the operator create a ServiceMonitor per profile.
-const ServiceMonitorCRDName = "servicemonitors.monitoring.coreos.com"
-
 // maxRequeue bounds the time between two reconciles of a healthy profile so
 // that certificate renewal windows are never missed by much even if the
 // manager was down when a timer would have fired.
@@ -51,6 +47,9 @@ type CacheProfileReconciler struct {
 	Scheme   *runtime.Scheme
 	Recorder events.EventRecorder
 	Options  Options
+	// Metrics, when set, exports every profile's shard readiness and
+	// conditions.
+	Metrics *ProfileMetrics
 	// Now and Rand are injected so that tests control certificate timing.
 	Now  func() time.Time
 	Rand io.Reader
@@ -124,10 +123,11 @@ func (r *CacheProfileReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.ClusterRoleBinding{}).
 		Owns(&rbacv1.RoleBinding{}).
 		Owns(&apiregv1.APIService{}).
-		// The ServiceMonitor appears or goes with the Prometheus Operator's
-		// CRD: re-evaluate every profile when that CRD changes.
+		// The ServiceMonitor and PrometheusRule appear or go with the
+		// Prometheus Operator's CRDs: re-evaluate every profile when one
+		// changes.
 		WatchesMetadata(crd, handler.EnqueueRequestsFromMapFunc(r.allProfiles),
-			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == ServiceMonitorCRDName }))).
+			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return isMonitoringCRD(o.GetName()) }))).
 		Complete(r)
 }
 
@@ -173,11 +173,11 @@ func (r *CacheProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("certificates: %w", err)
 	}
-	withSM, err := r.serviceMonitorCRDPresent(ctx)
+	mon, err := r.monitoring(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	desired, err := BuildDesired(&p, r.Options, certs, withSM)
+	desired, err := BuildDesired(&p, r.Options, certs, mon)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -272,18 +272,9 @@ func (r *CacheProfileReconciler) certificates(ctx context.Context, p *cachev1alp
 	return EnsureCertificates(r.Rand, now, certificatesFromSecrets(ca.Data, serving.Data), ServingDNSNames(p, r.Options))
 }
 
-func (r *CacheProfileReconciler) serviceMonitorCRDPresent(ctx context.Context) (bool, error) {
-	crd := &metav1.PartialObjectMetadata{}
-	crd.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
-	err := r.Client.Get(ctx, types.NamespacedName{Name: ServiceMonitorCRDName}, crd)
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	return err == nil && crd.DeletionTimestamp.IsZero(), err
-}
-
 // observedFor reads the current state of a child: typed kinds come from the
-// cache, the ServiceMonitor (no Go type here) is read as unstructured.
+// cache, the ServiceMonitor and PrometheusRule (no Go types here) are read
+// as unstructured.
 func (r *CacheProfileReconciler) observedFor(ctx context.Context, gvk schema.GroupVersionKind, key types.NamespacedName) (*unstructured.Unstructured, error) {
 	if r.Scheme.Recognizes(gvk) {
 		o, err := r.Scheme.New(gvk)
@@ -381,7 +372,11 @@ func (r *CacheProfileReconciler) observe(ctx context.Context, p *cachev1alpha1.C
 }
 
 // shardsSettled: every desired shard runs the current spec with all its
-// replicas ready, so the hash shards of surplus shards have a ready home.
+// replicas ready, so the hash shards of surplus shards have a ready home,
+// and every front replica runs the current topology, so no front reads a
+// surplus shard any more. (Without the second half the first real-node run
+// removed the surplus shard while old fronts still dialled it: reads
+// answered "shard fleet-shard-2 is unreachable" until they were replaced.)
 func (r *CacheProfileReconciler) shardsSettled(p *cachev1alpha1.CacheProfile, obs Observed) bool {
 	for _, a := range AssignHashShards(WithDefaults(p)) {
 		s := obs.Shards[a.Name]
@@ -389,7 +384,8 @@ func (r *CacheProfileReconciler) shardsSettled(p *cachev1alpha1.CacheProfile, ob
 			return false
 		}
 	}
-	return true
+	f := obs.Front
+	return f != nil && !deploymentRollingOut(f) && f.Status.AvailableReplicas >= *f.Spec.Replicas
 }
 
 func (r *CacheProfileReconciler) deleteSurplusShard(ctx context.Context, name string) error {
@@ -404,6 +400,7 @@ func (r *CacheProfileReconciler) deleteSurplusShard(ctx context.Context, name st
 // the transitions a user cares about.
 func (r *CacheProfileReconciler) writeStatus(ctx context.Context, p *cachev1alpha1.CacheProfile, obs Observed, now time.Time) error {
 	st := ComputeStatus(p, r.Options, obs, now)
+	r.Metrics.Observe(p.Name, &st)
 	if equality.Semantic.DeepEqual(st, p.Status) {
 		return nil
 	}
@@ -447,6 +444,7 @@ func (r *CacheProfileReconciler) finalize(ctx context.Context, p *cachev1alpha1.
 		// check again shortly rather than waiting for a watch event.
 		return ctrl.Result{RequeueAfter: 500 * time.Millisecond}, nil
 	}
+	r.Metrics.Forget(p.Name)
 	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	p.Finalizers = slices.DeleteFunc(p.Finalizers, func(f string) bool { return f == Finalizer })
 	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, p, patch))
@@ -488,11 +486,23 @@ func (r *CacheProfileReconciler) deleteChildren(ctx context.Context, p *cachev1a
 			}
 		}
 	}
-	if present, err := r.serviceMonitorCRDPresent(ctx); err != nil {
+	mon, err := r.monitoring(ctx)
+	if err != nil {
 		return 0, err
-	} else if present {
-		sm := BuildServiceMonitor(p, r.Options)
-		err := r.Client.Delete(ctx, sm)
+	}
+	var unstructuredChildren []client.Object
+	if mon.ServiceMonitor {
+		unstructuredChildren = append(unstructuredChildren, BuildServiceMonitor(p, r.Options))
+	}
+	if mon.PrometheusRule {
+		pr, err := BuildPrometheusRule(p, r.Options)
+		if err != nil {
+			return 0, err
+		}
+		unstructuredChildren = append(unstructuredChildren, pr)
+	}
+	for _, o := range unstructuredChildren {
+		err := r.Client.Delete(ctx, o)
 		if err == nil {
 			remaining++
 		} else if !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {

@@ -100,7 +100,7 @@ func ComputeStatus(in *cachev1alpha1.CacheProfile, opts Options, obs Observed, n
 		return st
 	}
 
-	var rolling, noneReady, unready []string
+	var rolling, noneReady, unready, unreadyNames []string
 	for _, a := range AssignHashShards(p) {
 		ss := cachev1alpha1.ShardStatus{Name: a.Name, HashShards: a.HashShardRange(), Replicas: p.Spec.ReplicasPerShard}
 		sts := obs.Shards[a.Name]
@@ -119,6 +119,7 @@ func ComputeStatus(in *cachev1alpha1.CacheProfile, opts Options, obs Observed, n
 			}
 			if !isRolling && ss.ReadyReplicas < ss.Replicas {
 				unready = append(unready, fmt.Sprintf("%s (%d/%d ready)", a.Name, ss.ReadyReplicas, ss.Replicas))
+				unreadyNames = append(unreadyNames, a.Name)
 			}
 		}
 		if ss.ReadyReplicas > 0 {
@@ -137,6 +138,7 @@ func ComputeStatus(in *cachev1alpha1.CacheProfile, opts Options, obs Observed, n
 			frontUnready = fmt.Sprintf("front %s has %d/%d available replicas", f.Name, f.Status.AvailableReplicas, p.Spec.FrontReplicas)
 		}
 	}
+	st.Front = fmt.Sprintf("%d/%d", st.FrontReadyReplicas, p.Spec.FrontReplicas)
 	if frontRolling {
 		rolling = append(rolling, frontName(p))
 	}
@@ -161,9 +163,10 @@ func ComputeStatus(in *cachev1alpha1.CacheProfile, opts Options, obs Observed, n
 	// Available: clients get answers.
 	switch {
 	case len(noneReady) > 0:
-		set(cachev1alpha1.ConditionAvailable, metav1.ConditionFalse, ReasonShardsUnavailable, "shards without a ready replica: "+strings.Join(noneReady, ", "))
+		set(cachev1alpha1.ConditionAvailable, metav1.ConditionFalse, ReasonShardsUnavailable, "shards without a ready replica: "+strings.Join(noneReady, ", ")+
+			"; reads of their hash shards wait and answer 504 (look at: "+inspect(opts, noneReady...)+")")
 	case !frontAvailable:
-		set(cachev1alpha1.ConditionAvailable, metav1.ConditionFalse, ReasonFrontUnavailable, "front "+frontName(p)+" has no available replica")
+		set(cachev1alpha1.ConditionAvailable, metav1.ConditionFalse, ReasonFrontUnavailable, "front "+frontName(p)+" has no available replica; clients of the APIService get 503 (look at: "+inspectFront(p, opts)+")")
 	case !apiOK:
 		set(cachev1alpha1.ConditionAvailable, metav1.ConditionFalse, ReasonAPIServiceUnavailable, apiMsg)
 	default:
@@ -196,10 +199,10 @@ func ComputeStatus(in *cachev1alpha1.CacheProfile, opts Options, obs Observed, n
 		add(ReasonApplyFailed, obs.ApplyError)
 	}
 	if len(unready) > 0 {
-		add(ReasonShardUnready, "shards with unready replicas: "+strings.Join(unready, ", "))
+		add(ReasonShardUnready, "shards with unready replicas: "+strings.Join(unready, ", ")+" (look at: "+inspect(opts, unreadyNames...)+")")
 	}
 	if frontUnready != "" {
-		add(ReasonFrontUnready, frontUnready)
+		add(ReasonFrontUnready, frontUnready+" (look at: "+inspectFront(p, opts)+")")
 	}
 	if !apiOK && len(rolling) == 0 {
 		add(ReasonAPIServiceUnavailable, apiMsg)
@@ -210,4 +213,14 @@ func ComputeStatus(in *cachev1alpha1.CacheProfile, opts Options, obs Observed, n
 		set(cachev1alpha1.ConditionDegraded, metav1.ConditionFalse, ReasonAsExpected, "no failing part")
 	}
 	return st
+}
+
+// inspect names the command that shows why shard pods are not ready (their
+// events and probe failures), so a condition message says where to look.
+func inspect(opts Options, statefulSets ...string) string {
+	return fmt.Sprintf("kubectl -n %s describe statefulset %s, then the pods' events and logs", opts.Namespace, strings.Join(statefulSets, " "))
+}
+
+func inspectFront(p *cachev1alpha1.CacheProfile, opts Options) string {
+	return fmt.Sprintf("kubectl -n %s describe deployment %s, then the pods' events and logs", opts.Namespace, frontName(p))
 }

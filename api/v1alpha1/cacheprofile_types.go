@@ -262,6 +262,9 @@ type CacheProfileStatus struct {
 	// FrontReadyReplicas counts ready front replicas.
 	// +optional
 	FrontReadyReplicas int32 `json:"frontReadyReplicas,omitempty"`
+	// Front is "frontReadyReplicas/frontReplicas", for the printer column.
+	// +optional
+	Front string `json:"front,omitempty"`
 	// APIServiceName is the name of the APIService registering the front.
 	// +optional
 	APIServiceName string `json:"apiServiceName,omitempty"`
@@ -276,8 +279,10 @@ type CacheProfileStatus struct {
 // +kubebuilder:resource:scope=Cluster,shortName=cp,categories=cachetier
 // +kubebuilder:printcolumn:name="Shards",type=integer,JSONPath=`.spec.shards`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.ready`
+// +kubebuilder:printcolumn:name="Front",type=string,JSONPath=`.status.front`
 // +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].status`
-// +kubebuilder:printcolumn:name="Degraded",type=string,JSONPath=`.status.conditions[?(@.type=="Degraded")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Degraded",type=string,JSONPath=`.status.conditions[?(@.type=="Degraded")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Degraded")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Server",type=string,JSONPath=`.status.serverURL`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 40",message="metadata.name must be a DNS label of at most 40 characters (it prefixes child object names and forms the API group <name>.cache.cachetier.io)"

@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -87,8 +88,10 @@ func run(metricsAddr string, secureMetrics bool, probeAddr string, leaderElect b
 		Scheme:   scheme,
 		Recorder: mgr.GetEventRecorder("cachetier-operator"),
 		Options:  controllers.Options{Namespace: namespace, DefaultImage: image, APIServerURL: apiServerURL},
-		Now:      time.Now,
-		Rand:     rand.Reader,
+		// Served on the manager's metrics endpoint with controller-runtime's.
+		Metrics: controllers.NewProfileMetrics(ctrlmetrics.Registry),
+		Now:     time.Now,
+		Rand:    rand.Reader,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -228,6 +229,9 @@ func TestCacheProfileLifecycle(t *testing.T) {
 			return h.conditionsAre(map[string]string{"Available": "True/Available", "Progressing": "False/RolloutComplete", "Degraded": "False/AsExpected"})
 		})
 		p := h.profile(t)
+		if p.Status.Front != "2/2" {
+			t.Errorf("status.front %q, want 2/2", p.Status.Front)
+		}
 		if p.Status.Ready != "2/2" || p.Status.ReadyShards != 2 || len(p.Status.Shards) != 2 || p.Status.Shards[1].HashShards != "2-3" ||
 			p.Status.Shards[1].ReadyReplicas != 2 || p.Status.FrontReadyReplicas != 2 ||
 			p.Status.APIServiceName != "v1alpha1.fleet.cache.cachetier.io" || p.Status.ServerURL != strings.TrimSuffix(h.cfg.Host, "/")+"/apis/fleet.cache.cachetier.io/v1alpha1" {
@@ -240,6 +244,14 @@ func TestCacheProfileLifecycle(t *testing.T) {
 		if err != nil || !strings.Contains(string(body), `"groupVersion":"fleet.cache.cachetier.io/v1alpha1"`) {
 			t.Errorf("discovery through the aggregator: %v %s", err, body)
 		}
+		h.metricsAre(t, map[string]float64{
+			`cachetier_profile_shard_ready_replicas{profile="fleet",shard="fleet-shard-0"}`: 2,
+			`cachetier_profile_shard_ready_replicas{profile="fleet",shard="fleet-shard-1"}`: 2,
+			`cachetier_profile_condition{profile="fleet",type="Available"}`:                 1,
+			`cachetier_profile_condition{profile="fleet",type="Degraded"}`:                  0,
+		})
+		testKubectlGetHealthy(t, h)
+		testOperatorMetricsLint(t, h)
 	})
 
 	t.Run("unchanged profile is not written", func(t *testing.T) {
@@ -278,6 +290,12 @@ func TestCacheProfileLifecycle(t *testing.T) {
 			t.Errorf("degraded message does not name the shard: %q", d.Message)
 		}
 		eventually(t, 10*time.Second, "warning event", func() error { return hasEvent(h, "DegradedTrue", "Warning") })
+		h.metricsAre(t, map[string]float64{
+			`cachetier_profile_shard_ready_replicas{profile="fleet",shard="fleet-shard-1"}`: 0,
+			`cachetier_profile_condition{profile="fleet",type="Available"}`:                 0,
+			`cachetier_profile_condition{profile="fleet",type="Degraded"}`:                  1,
+		})
+		testKubectlDegraded(t, h)
 		h.markStatefulSet(t, "fleet-shard-1", 2)
 		eventually(t, 20*time.Second, "recovered", func() error {
 			return h.conditionsAre(map[string]string{"Available": "True/Available", "Degraded": "False/AsExpected"})
@@ -402,6 +420,15 @@ func TestCacheProfileLifecycle(t *testing.T) {
 		}
 		h.markStatefulSet(t, "fleet-shard-0", 3)
 		h.markStatefulSet(t, "fleet-shard-1", 3)
+		// The fronts still run the 3-shard topology: they read shard 2
+		// until they are replaced, so it must stay.
+		time.Sleep(2 * time.Second)
+		if err := c.Get(ctx, key(workloadNamespace, "fleet-shard-2"), &appsv1.StatefulSet{}); err != nil {
+			t.Fatalf("surplus shard removed while the fronts still read it: %v", err)
+		}
+		if err := h.conditionsAre(map[string]string{"Progressing": "True/ShardCountChanging"}); err != nil {
+			t.Fatal(err)
+		}
 		h.markFront(t, 2) // its topology changed
 		eventually(t, 20*time.Second, "surplus shard removed", func() error {
 			err := c.Get(ctx, key(workloadNamespace, "fleet-shard-2"), &appsv1.StatefulSet{})
@@ -482,6 +509,8 @@ func TestCacheProfileLifecycle(t *testing.T) {
 		}
 	})
 
+	t.Run("prometheusrule follows the prometheus operator CRD", func(t *testing.T) { testPrometheusRule(t, h) })
+
 	t.Run("servicemonitor follows the prometheus operator CRD", func(t *testing.T) {
 		installServiceMonitorCRD(t, h)
 		eventually(t, 30*time.Second, "servicemonitor", func() error {
@@ -528,6 +557,15 @@ func TestCacheProfileLifecycle(t *testing.T) {
 		sms.SetKind("ServiceMonitorList")
 		if err := c.List(ctx, sms, client.InNamespace(workloadNamespace)); err != nil || len(sms.Items) != 0 {
 			t.Errorf("servicemonitors left: %v %d", err, len(sms.Items))
+		}
+		prs := &unstructured.UnstructuredList{}
+		prs.SetAPIVersion("monitoring.coreos.com/v1")
+		prs.SetKind("PrometheusRuleList")
+		if err := c.List(ctx, prs, client.InNamespace(workloadNamespace)); err != nil || len(prs.Items) != 0 {
+			t.Errorf("prometheusrules left: %v %d", err, len(prs.Items))
+		}
+		if n := testutil.CollectAndCount(h.metrics); n != 0 {
+			t.Errorf("%d profile metric series left after deletion", n)
 		}
 	})
 }
@@ -583,11 +621,19 @@ func hasEvent(h *harness, reason, typ string) error {
 
 func installServiceMonitorCRD(t *testing.T, h *harness) {
 	t.Helper()
+	installMonitoringCRD(t, h, apiextensionsv1.CustomResourceDefinitionNames{Plural: "servicemonitors", Singular: "servicemonitor", Kind: "ServiceMonitor", ListKind: "ServiceMonitorList"})
+}
+
+// installMonitoringCRD installs a Prometheus Operator kind with a schema
+// that keeps every field (the operator's own CRDs validate more; what the
+// operator writes is checked by the tests that read it back).
+func installMonitoringCRD(t *testing.T, h *harness, names apiextensionsv1.CustomResourceDefinitionNames) {
+	t.Helper()
 	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: controllers.ServiceMonitorCRDName},
+		ObjectMeta: metav1.ObjectMeta{Name: names.Plural + ".monitoring.coreos.com"},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
 			Group: "monitoring.coreos.com",
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "servicemonitors", Singular: "servicemonitor", Kind: "ServiceMonitor", ListKind: "ServiceMonitorList"},
+			Names: names,
 			Scope: apiextensionsv1.NamespaceScoped,
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
 				Name: "v1", Served: true, Storage: true,

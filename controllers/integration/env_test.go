@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -103,9 +104,10 @@ type harness struct {
 	reconciler *controllers.CacheProfileReconciler
 	writes     *atomic.Int64
 	lastWrite  *atomic.Value
-	clockSkew  *atomic.Int64 // added to time.Now by the reconciler's clock
-	front      *http.Server  // the fake front, when running
-	t          *testing.T    // the top-level test, for cleanups outliving subtests
+	clockSkew  *atomic.Int64        // added to time.Now by the reconciler's clock
+	front      *http.Server         // the fake front, when running
+	metrics    *prometheus.Registry // the reconciler's ProfileMetrics
+	t          *testing.T           // the top-level test, for cleanups outliving subtests
 }
 
 // frontClusterIP: the apiserver's service range is moved into 127/8 so the
@@ -153,7 +155,8 @@ func startHarness(t *testing.T) *harness {
 		return c.List(ctx, &cachev1alpha1.CacheProfileList{})
 	})
 
-	h := &harness{env: env, cfg: cfg, client: c, scheme: scheme, writes: &atomic.Int64{}, lastWrite: &atomic.Value{}, clockSkew: &atomic.Int64{}, t: t}
+	h := &harness{env: env, cfg: cfg, client: c, scheme: scheme, writes: &atomic.Int64{}, lastWrite: &atomic.Value{}, clockSkew: &atomic.Int64{}, t: t,
+		metrics: prometheus.NewRegistry()}
 	mgrCfg := rest.CopyConfig(cfg)
 	mgrCfg.Impersonate = rest.ImpersonationConfig{
 		UserName: "system:serviceaccount:" + workloadNamespace + ":" + operatorServiceAccount,
@@ -179,6 +182,7 @@ func startHarness(t *testing.T) *harness {
 		Scheme:   scheme,
 		Recorder: mgr.GetEventRecorder("cachetier-operator"),
 		Options:  controllers.Options{Namespace: workloadNamespace, DefaultImage: "example.com/cachetier/cache-server:test", APIServerURL: cfg.Host},
+		Metrics:  controllers.NewProfileMetrics(h.metrics),
 		Now:      func() time.Time { return time.Now().Add(time.Duration(h.clockSkew.Load())) },
 		Rand:     rand.Reader,
 	}

@@ -1,9 +1,10 @@
-// Command localcluster is `make run`: it starts a real etcd and
+// Command localcluster is `make run`: by default it starts a real etcd and
 // kube-apiserver on loopback (see hack/controlplane), seeds sample data
 // (hack/sampledata), starts the cache tier as a real `cache-server
 // standalone` process registered with the aggregation layer by an
 // APIService (see hack/tierproc), prints how to reach both, and tears
-// everything down on Ctrl-C.
+// everything down on Ctrl-C. With -node (`make run CLUSTER=node`) it
+// installs cachetier as users do, on a real one-node cluster (node.go).
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 
 	"github.com/cachetier/cachetier/api/v1alpha1"
 	"github.com/cachetier/cachetier/hack/controlplane"
+	"github.com/cachetier/cachetier/hack/imagebuild"
 	"github.com/cachetier/cachetier/hack/sampledata"
 	"github.com/cachetier/cachetier/hack/tierproc"
 )
@@ -39,6 +41,7 @@ func run() error {
 	noTier := flag.Bool("no-tier", false, "start the control plane only (no sample data, no tier)")
 	verbosity := flag.Int("v", 0, "cache-server log verbosity")
 	fleetShards := flag.Int("fleet", 0, "run the tier as a fleet: this many `cache-server shard` processes and a `cache-server front` (0: one `cache-server standalone`)")
+	node := flag.Bool("node", false, "install cachetier as users do on a real one-node cluster (kubelet, containerd, kube-proxy, CoreDNS; needs root): the operator from the image with kustomize, the sample profile and sample data (images from $"+imagebuild.EnvImages+", else built)")
 	flag.Parse()
 
 	if *port == 6443 && !portFree(*port) {
@@ -46,6 +49,9 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *node {
+		return runNode(ctx, runDir(os.TempDir()))
+	}
 
 	cp, err := controlplane.Start(ctx, controlplane.Options{
 		Dir:                   *dir,
@@ -64,14 +70,7 @@ func run() error {
 		}
 	}()
 
-	// Stable paths so the printed commands survive copy and paste across
-	// runs; fall back to the working directory outside the repository.
-	outDir := cp.Dir
-	if root, err := controlplane.RepoRoot(); err == nil {
-		if d := filepath.Join(root, "bin", "run"); os.MkdirAll(d, 0o755) == nil {
-			outDir = d
-		}
-	}
+	outDir := runDir(cp.Dir)
 	kubeconfig := filepath.Join(outDir, "kubeconfig")
 	if err := copyFile(cp.AdminKubeconfig, kubeconfig); err != nil {
 		return err
@@ -183,6 +182,18 @@ Press Ctrl-C to stop; the tier and the control plane are torn down.
 		return fmt.Errorf("the cache-server exited; see %s", tier.Log)
 	}
 	return nil
+}
+
+// runDir is where the kubeconfigs go: bin/run, stable paths so the printed
+// commands survive copy and paste across runs; fallback outside the
+// repository.
+func runDir(fallback string) string {
+	if root, err := controlplane.RepoRoot(); err == nil {
+		if d := filepath.Join(root, "bin", "run"); os.MkdirAll(d, 0o755) == nil {
+			return d
+		}
+	}
+	return fallback
 }
 
 // sampleProfile caches everything hack/sampledata creates.

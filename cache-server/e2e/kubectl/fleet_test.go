@@ -3,8 +3,10 @@ package kubectl
 import (
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestFleetAggregated: the operator's fleet shape as real processes —
@@ -48,10 +50,35 @@ func TestFleetAggregated(t *testing.T) {
 				t.Errorf("front /metrics lacks %s", series)
 			}
 		}
-		if shard := httpGet(t, fleet.ShardMetricsURLs[0]+"/metrics"); !strings.Contains(shard, `cachetier_shard_requests_total{outcome="ok",resource="configmaps",verb="list"}`) {
+		shard := httpGet(t, fleet.ShardMetricsURLs[0]+"/metrics")
+		if !strings.Contains(shard, `cachetier_shard_requests_total{outcome="ok",resource="configmaps",verb="list"}`) {
 			t.Errorf("shard /metrics lacks its served list requests")
 		}
+		// What the alerts (internal/alerts) read: the apiserver's answers
+		// to the tier, and the served certificate's expiry (the fleet's
+		// certificate is fresh: it expires in the future, within a year).
+		for role, body := range map[string]string{"front": front, "shard": shard} {
+			if v, ok := sampleValue(body, `cachetier_upstream_responses_total{code="200"}`); !ok || v < 1 {
+				t.Errorf("%s: cachetier_upstream_responses_total{code=\"200\"} = %v, %v; want the apiserver's answers counted", role, v, ok)
+			}
+			v, ok := sampleValue(body, "cachetier_serving_certificate_expiry_timestamp_seconds")
+			if left := time.Until(time.Unix(int64(v), 0)); !ok || left <= 0 || left > 366*24*time.Hour {
+				t.Errorf("%s: cachetier_serving_certificate_expiry_timestamp_seconds = %v (%v left), %v", role, v, left, ok)
+			}
+		}
 	})
+}
+
+// sampleValue finds one sample of the Prometheus text format by its exact
+// series (name and labels as the exporter writes them).
+func sampleValue(body, series string) (float64, bool) {
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
 }
 
 func httpGet(t *testing.T, u string) string {

@@ -25,6 +25,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/serving"
 	"github.com/cachetier/cachetier/cache-server/internal/standalone"
+	"github.com/cachetier/cachetier/cache-server/internal/upstreamhttp"
 )
 
 // Config is one front.
@@ -65,7 +66,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	reg := serving.Registry(cfg.Registry)
 	m := metrics.New(reg)
-	upstreamCfg := rest.CopyConfig(cfg.Upstream)
+	upstreamCfg := upstreamhttp.Instrument(cfg.Upstream, m.UpstreamResponses)
 	kc, err := kubernetes.NewForConfig(upstreamCfg)
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
 	"github.com/cachetier/cachetier/cache-server/internal/upstream"
+	"github.com/cachetier/cachetier/cache-server/internal/upstreamhttp"
 	"github.com/cachetier/cachetier/cache-server/internal/watch"
 )
 
@@ -54,7 +55,7 @@ type Result struct {
 // Start resolves the profile's resources against the apiserver and starts
 // one ingester per resource; they run until ctx ends.
 func Start(ctx context.Context, cfg Config) (*Result, error) {
-	upstreamCfg := rest.CopyConfig(cfg.Upstream)
+	upstreamCfg := upstreamhttp.Instrument(cfg.Upstream, cfg.Metrics.UpstreamResponses)
 	upstreamCfg.Timeout = 0 // watches are long-lived; each request bounds itself
 	kc, err := kubernetes.NewForConfig(upstreamCfg)
 	if err != nil {

@@ -42,6 +42,11 @@ type Metrics struct {
 
 	AuthnConnCache *prometheus.CounterVec // result: hit, miss, bypass
 	MemoryReleased prometheus.Counter     // bytes returned to the OS after bulk loads
+
+	// What alerts need about the process itself.
+	UpstreamResponses *prometheus.CounterVec // code: responses of the apiserver to the tier's calls
+	ServingCertExpiry prometheus.Gauge       // NotAfter of the certificate being served, Unix seconds
+	MemoryLimit       *prometheus.GaugeVec   // no labels; only set when the process has a cgroup memory limit
 }
 
 // New creates the metrics and registers them on reg.
@@ -157,7 +162,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}, []string{"verb", "resource"})
 	m.FleetShardCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_fleet_shard_calls_total",
-		Help: "Calls a fleet front made to its shards, by shard, verb and outcome (ok, error, unreachable).",
+		Help: "Calls a fleet front made to its shards, by shard, verb and outcome (ok; error: a replica refused; unreachable: no replica reachable; initializing: every reachable replica still loading).",
 	}, []string{"shard", "verb", "outcome"})
 	m.FleetStreamRestarts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_fleet_stream_restarts_total",
@@ -167,6 +172,19 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_fleet_shard_watermark",
 		Help: "The resourceVersion up to which a front has every change of a shard; the front serves the minimum over shards.",
 	}, []string{"resource", "shard"})
+	m.UpstreamResponses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_upstream_responses_total",
+		Help: "Responses of the apiserver to every call the tier makes (ingestion, resourceVersion fetches, TokenReview, SubjectAccessReview), by HTTP status code; code \"error\" when no response arrived.",
+	}, []string{"code"})
+	m.ServingCertExpiry = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "cachetier_serving_certificate_expiry_timestamp_seconds",
+		Help: "When the serving certificate the process currently presents expires (its NotAfter), in Unix seconds; rotated files are picked up without a restart.",
+	})
+	m.MemoryLimit = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cachetier_memory_limit_bytes",
+		Help: "The memory limit of the process' cgroup (the container's limit); absent when there is none.",
+	}, nil)
+	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit)
 	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark)
 	reg.MustRegister(m.AuthnConnCache, m.MemoryReleased, m.ProtobufConversions)
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)

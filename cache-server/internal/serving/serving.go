@@ -6,6 +6,7 @@ package serving
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cachetier/cachetier/cache-server/internal/auth"
+	"github.com/cachetier/cachetier/cache-server/internal/memlimit"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 )
 
@@ -78,6 +80,7 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		srv.TLSConfig.Certificates = []tls.Certificate{cfg.Certificate}
 	}
+	go reportSelf(ctx, cfg)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(cfg.Listener, "", "") }()
 	cfg.Log.Info("serving", "address", cfg.Listener.Addr().String(), "pathPrefix", cfg.PathPrefix)
@@ -129,4 +132,53 @@ func Registry(reg *prometheus.Registry) *prometheus.Registry {
 	reg = prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
+}
+
+// reportSelf exports what alerts need about the process: its cgroup memory
+// limit (read once: a container's limit does not change without a
+// restart) and, every minute, the expiry of the certificate it presents
+// (which changes when the mounted Secret is rotated).
+func reportSelf(ctx context.Context, cfg Config) {
+	if limit, ok, err := memlimit.Read("/sys/fs/cgroup"); err != nil {
+		cfg.Log.Error(err, "reading the cgroup memory limit; cachetier_memory_limit_bytes is not exported")
+	} else if ok {
+		cfg.Metrics.MemoryLimit.WithLabelValues().Set(float64(limit))
+	}
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		if notAfter, err := servingNotAfter(cfg); err != nil {
+			cfg.Log.Error(err, "reading the serving certificate's expiry")
+		} else {
+			cfg.Metrics.ServingCertExpiry.Set(float64(notAfter.Unix()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// servingNotAfter is the expiry of the certificate a new connection gets.
+func servingNotAfter(cfg Config) (time.Time, error) {
+	cert := &cfg.Certificate
+	if cfg.GetCertificate != nil {
+		c, err := cfg.GetCertificate(&tls.ClientHelloInfo{})
+		if err != nil {
+			return time.Time{}, err
+		}
+		cert = c
+	}
+	if cert == nil || len(cert.Certificate) == 0 {
+		return time.Time{}, errors.New("no serving certificate")
+	}
+	if cert.Leaf != nil {
+		return cert.Leaf.NotAfter, nil
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return time.Time{}, err
+	}
+	return leaf.NotAfter, nil
 }

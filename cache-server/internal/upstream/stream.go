@@ -47,20 +47,25 @@ func (r Resource) String() string {
 // rawEvent is one frame of a JSON watch stream. The object stays raw: the
 // tier stores bytes, it does not decode them into Go types.
 type rawEvent struct {
-	Type   string          `json:"type"`
-	Object json.RawMessage `json:"object"`
+	Type string
+	// Object is a view into the stream's buffer, valid until the stream's
+	// next event: what is kept of it is copied (Ingester.decode).
+	Object json.RawMessage
 }
 
-// eventStream reads a JSON watch response frame by frame.
+// eventStream reads a JSON watch response frame by frame (frames.go).
 type eventStream struct {
-	body io.ReadCloser
-	dec  *json.Decoder
+	body   io.ReadCloser
+	frames *frameReader
 }
 
 func (s *eventStream) next() (rawEvent, error) {
-	var ev rawEvent
-	err := s.dec.Decode(&ev)
-	return ev, err
+	frame, err := s.frames.next()
+	if err != nil {
+		return rawEvent{}, err
+	}
+	typ, obj, err := eventParts(frame)
+	return rawEvent{Type: typ, Object: obj}, err
 }
 
 func (s *eventStream) Close() error { return s.body.Close() }
@@ -99,9 +104,10 @@ func openWatch(ctx context.Context, c *http.Client, host string, res Resource, q
 	return newEventStream(resp.Body), nil
 }
 
-// newEventStream reads the watch response body frame by frame.
+// newEventStream reads a watch response body frame by frame; the RV fetch
+// and the progress prober read their short watches through it too.
 func newEventStream(body io.ReadCloser) *eventStream {
-	return &eventStream{body: body, dec: json.NewDecoder(body)}
+	return &eventStream{body: body, frames: newFrameReader(body)}
 }
 
 // listPage fetches one page of a LIST.

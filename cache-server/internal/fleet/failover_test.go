@@ -1,0 +1,123 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cachetier/cachetier/api/topology"
+	"github.com/cachetier/cachetier/cache-server/internal/metrics"
+)
+
+// replica is a shard replica answering every request with one status.
+func replica(t *testing.T, status int) (endpoint string, calls *int) {
+	t.Helper()
+	n := 0
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n++
+		if status == http.StatusOK {
+			return
+		}
+		// What the shard's handlers answer: a Status (e.g. 429 while
+		// the resource's initial load runs, 403 from its authorizer).
+		st := apierrors.NewTooManyRequests("storage is (re)initializing", 1).ErrStatus
+		if status == http.StatusForbidden {
+			st = apierrors.NewForbidden(schema.GroupResource{Resource: "shard"}, "", errors.New("no")).ErrStatus
+		}
+		st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+		body, _ := json.Marshal(st)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "https://"), &n
+}
+
+// closedEndpoint is an address nothing listens on.
+func closedEndpoint(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func clientFor(t *testing.T, endpoints ...string) *Client {
+	t.Helper()
+	probe := httptest.NewTLSServer(http.NotFoundHandler()) // for its client trusting httptest's certificate
+	t.Cleanup(probe.Close)
+	topo := &topology.Topology{HashShards: 1, Shards: []topology.Shard{{Name: "shard-0", Replicas: int32(len(endpoints)), Endpoints: endpoints}}}
+	return NewClient(probe.Client(), topo, metrics.New(prometheus.NewRegistry()))
+}
+
+// TestOpenFailsOverFromALoadingReplica: the shards' Service publishes
+// replicas before they are ready, so a front reaches replicas that are
+// still loading (429) or not listening yet; another replica answers
+// instead, whichever is tried first.
+func TestOpenFailsOverFromALoadingReplica(t *testing.T) {
+	loading, _ := replica(t, http.StatusTooManyRequests)
+	ready, readyCalls := replica(t, http.StatusOK)
+	c := clientFor(t, loading, closedEndpoint(t), ready)
+	for i := 0; i < 6; i++ { // every rotation of the first replica tried
+		s, err := c.open(context.Background(), 0, "/shard/v1/list", nil)
+		if err != nil {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+		if s.endpoint != ready {
+			t.Fatalf("answered by %s, want the ready replica %s", s.endpoint, ready)
+		}
+		s.Close()
+	}
+	if *readyCalls != 6 {
+		t.Fatalf("ready replica called %d times, want 6", *readyCalls)
+	}
+}
+
+// TestOpenAllLoadingIsTooManyRequests: when no replica has its data yet
+// the front answers as the apiserver's cacher does while it initializes:
+// 429 with a Retry-After, which clients retry.
+func TestOpenAllLoadingIsTooManyRequests(t *testing.T) {
+	a, _ := replica(t, http.StatusTooManyRequests)
+	b, _ := replica(t, http.StatusTooManyRequests)
+	_, err := clientFor(t, a, b).open(context.Background(), 0, "/shard/v1/list", nil)
+	if !apierrors.IsTooManyRequests(err) {
+		t.Fatalf("want 429, got %v", err)
+	}
+	if d, ok := apierrors.SuggestsClientDelay(err); !ok || d != 1 {
+		t.Fatalf("want Retry-After 1, got %d %v", d, ok)
+	}
+	if !strings.Contains(err.Error(), "shard-0") {
+		t.Fatalf("the error does not name the shard: %v", err)
+	}
+}
+
+// TestOpenRefusalIsAnAnswer: a replica refusing the front (authorization)
+// is a fleet misconfiguration that another replica would repeat; it is
+// reported, not hidden by trying the next one.
+func TestOpenRefusalIsAnAnswer(t *testing.T) {
+	forbidden, _ := replica(t, http.StatusForbidden)
+	ready, readyCalls := replica(t, http.StatusOK)
+	c := clientFor(t, forbidden, ready)
+	c.next[0].Store(1) // the forbidden replica first: (1+1)%2 = 0
+	_, err := c.open(context.Background(), 0, "/shard/v1/list", nil)
+	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "refused the front: 403") {
+		t.Fatalf("want 503 naming the refusal, got %v", err)
+	}
+	if *readyCalls != 0 {
+		t.Fatal("the next replica was tried after a refusal")
+	}
+}

@@ -1,0 +1,166 @@
+// Package nodeinstall installs cachetier on a real node cluster
+// (hack/cluster) the way a user does: the operator from the project's image
+// with `kubectl apply -k config/default` (the image set by kustomize's
+// images: in an overlay), sample data, and the sample CacheProfile with
+// `kubectl apply -k config/samples`, then waits for the profile to turn
+// Available on its pods' real readiness. `make run CLUSTER=node` and the
+// end-to-end test (e2e/install) share it, so what a person tries is what
+// the test proves.
+package nodeinstall
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	cachev1alpha1 "github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/hack/cluster"
+	"github.com/cachetier/cachetier/hack/imagebuild"
+)
+
+const (
+	// OperatorNamespace is config/default's namespace; the sample
+	// profile's fleet runs there too.
+	OperatorNamespace = "cachetier-system"
+	// SampleProfile is config/samples' CacheProfile.
+	SampleProfile = "fleet"
+	// ManagerSelector selects the manager's pods.
+	ManagerSelector = "app.kubernetes.io/component=manager"
+)
+
+// Installer installs cachetier from the repository at Root onto Cluster.
+type Installer struct {
+	Cluster *cluster.Cluster
+	Client  kubernetes.Interface
+	Admin   *rest.Config
+	// Root is the repository: config/default and config/samples.
+	Root string
+	// Dir receives the kustomize overlay.
+	Dir string
+	// Image is cachetier's image, imported into the node.
+	Image imagebuild.Image
+}
+
+// New returns an installer for c with an admin client.
+func New(c *cluster.Cluster, root, dir string, image imagebuild.Image) (*Installer, error) {
+	cfg, err := c.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Installer{Cluster: c, Client: kc, Admin: cfg, Root: root, Dir: dir, Image: image}, nil
+}
+
+// NodeOptions are the cluster options for a node that runs cachetier from
+// images `make image` built: all of them imported, the pause image as the
+// sandbox, CoreDNS as cluster DNS.
+func NodeOptions(images []imagebuild.Image, log io.Writer) cluster.Options {
+	opts := cluster.Options{Log: log, ReadyTimeout: 3 * time.Minute}
+	for _, img := range images {
+		opts.Images = append(opts.Images, cluster.Image{Ref: img.Ref, Archive: img.Tar})
+		switch img.Name {
+		case imagebuild.Pause:
+			opts.PauseImage = img.Ref
+		case imagebuild.CoreDNS:
+			opts.CoreDNSImage = img.Ref
+		}
+	}
+	return opts
+}
+
+// ImageNames are the images a node running cachetier needs.
+func ImageNames() []string {
+	return []string{imagebuild.Cachetier, imagebuild.Pause, imagebuild.CoreDNS}
+}
+
+// Overlay is the kustomization a user writes to install a given image:
+// config/default (at base, relative to the overlay) with the image's tag
+// set by kustomize's images: transformer.
+func Overlay(base, imageRef string) (string, error) {
+	// The tag follows the last colon after the last slash (a registry
+	// host may carry a port).
+	i := strings.LastIndex(imageRef, ":")
+	if i < 0 || strings.Contains(imageRef[i:], "/") || strings.Contains(imageRef, "@") {
+		return "", fmt.Errorf("image ref %q is not repository:tag", imageRef)
+	}
+	repo, tag := imageRef[:i], imageRef[i+1:]
+	return fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %s
+images:
+- name: %s
+  newTag: %s
+`, base, repo, tag), nil
+}
+
+// InstallOperator writes the overlay, applies it with kubectl and waits
+// for the manager pod to turn Ready. It returns how long that took.
+func (in *Installer) InstallOperator(ctx context.Context, timeout time.Duration) (time.Duration, error) {
+	overlay := filepath.Join(in.Dir, "overlay")
+	if err := os.MkdirAll(overlay, 0o755); err != nil {
+		return 0, err
+	}
+	base, err := filepath.Rel(overlay, filepath.Join(in.Root, "config", "default"))
+	if err != nil {
+		return 0, err
+	}
+	k, err := Overlay(base, in.Image.Ref)
+	if err != nil {
+		return 0, err
+	}
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if _, err := in.Kubectl(ctx, "apply", "-k", overlay); err != nil {
+		return 0, err
+	}
+	if err := in.Cluster.WaitPodsReady(ctx, OperatorNamespace, ManagerSelector, 1, timeout); err != nil {
+		return 0, fmt.Errorf("manager pod: %w", err)
+	}
+	return time.Since(start), nil
+}
+
+// ApplySample applies config/samples (the sample CacheProfile) and waits
+// until the profile has settled: Available, neither Progressing nor
+// Degraded, for its current generation. It returns the profile and how long
+// that took from the apply.
+func (in *Installer) ApplySample(ctx context.Context, timeout time.Duration) (*cachev1alpha1.CacheProfile, time.Duration, error) {
+	start := time.Now()
+	if _, err := in.Kubectl(ctx, "apply", "-k", filepath.Join(in.Root, "config", "samples")); err != nil {
+		return nil, 0, err
+	}
+	p, err := in.WaitProfile(ctx, "Available", timeout, Settled)
+	if err != nil {
+		return nil, 0, err
+	}
+	return p, time.Since(start), nil
+}
+
+// Kubectl runs the cluster's kubectl as admin and returns its stdout; an
+// error carries stderr.
+func (in *Installer) Kubectl(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, in.Cluster.Kubectl(), append([]string{"--kubeconfig=" + in.Cluster.AdminKubeconfig}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
