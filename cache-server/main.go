@@ -32,6 +32,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/encoding"
 	"github.com/cachetier/cachetier/cache-server/internal/fleet"
 	"github.com/cachetier/cachetier/cache-server/internal/frontrole"
+	"github.com/cachetier/cachetier/cache-server/internal/serving"
 	"github.com/cachetier/cachetier/cache-server/internal/servingcert"
 	"github.com/cachetier/cachetier/cache-server/internal/shardrole"
 	"github.com/cachetier/cachetier/cache-server/internal/standalone"
@@ -46,6 +47,12 @@ import (
 // x 500 KiB Secrets, peak RSS 317 -> 252 MiB for +10% CPU; consistent and
 // paginated LIST CPU and latency unchanged.
 const defaultGCPercent = 25
+
+// defaultFrontGoawayChance: one request in a hundred moves the
+// aggregator's connection (serving.withGoaway). A reconnect costs a TLS
+// handshake; a 2-front fleet whose second front never serves costs a
+// whole front.
+const defaultFrontGoawayChance = 0.01
 
 const usage = `usage:
   cache-server standalone --profile FILE [--kubeconfig FILE] [--listen ADDR] [--tls-cert-file F --tls-private-key-file F]
@@ -191,6 +198,7 @@ func runFront(args []string) error {
 	c := newCommon("front", "0.0.0.0:8443")
 	topoPath := c.fs.String("topology", "", "the fleet's topology (YAML): hash shard ranges and shard endpoints")
 	shardCA := c.fs.String("shard-ca-file", "", "CA that signed the shards' serving certificates")
+	goawayChance := c.fs.Float64("goaway-chance", defaultFrontGoawayChance, "fraction of HTTP/2 requests after which the client (the apiserver's aggregator) is sent GOAWAY and reconnects, landing on a front the Service picks; as kube-apiserver's --goaway-chance, at most 0.02; 0 = never")
 	apiGroup := c.fs.String("api-group", "", "the profile's aggregated API group (<profile>.cache.cachetier.io); checked against the profile")
 	protobufCache := c.fs.Int64("protobuf-cache-bytes", encoding.DefaultCacheBytes, "memory for protobuf encodings of objects, kept for protobuf clients; messages of 64 KiB and more are never kept (streamed from the JSON); 0 = the default")
 	if err := c.setUp(args, true); err != nil {
@@ -198,6 +206,9 @@ func runFront(args []string) error {
 	}
 	if *topoPath == "" || *shardCA == "" {
 		return fmt.Errorf("--topology and --shard-ca-file are required")
+	}
+	if err := serving.ValidateGoawayChance(*goawayChance); err != nil {
+		return err
 	}
 	if want := c.profile.Name + ".cache.cachetier.io"; *apiGroup != "" && *apiGroup != want {
 		return fmt.Errorf("--api-group %s does not match profile %s (%s)", *apiGroup, c.profile.Name, want)
@@ -219,7 +230,7 @@ func runFront(args []string) error {
 		ProfileName: c.profile.Name, Spec: c.profile.Spec, Topology: topo, Upstream: c.upstream,
 		ShardClient: shardClient, Listener: c.listener, GetCertificate: c.getCertificate,
 		ProbeListener: c.metricsListener, Profiling: *c.profiling, ProtobufCacheBytes: *protobufCache,
-		Log: c.log.WithValues("role", "front"),
+		GoawayChance: *goawayChance, Log: c.log.WithValues("role", "front"),
 	})
 }
 

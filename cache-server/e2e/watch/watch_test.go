@@ -288,13 +288,31 @@ func testWatchErrors(t *testing.T) {
 	if mb := eb[0].meta(); mb.Code != 410 || mb.Reason != "Expired" || !strings.HasPrefix(mb.Message, "too old resource version: 2 (") || mb.Kind != "Status" {
 		t.Errorf("too old: tier %+v", mb)
 	}
+	// The same 410 to the metadata client (protobuf, as controller-runtime's
+	// metadata informers use it): the reflector must see Expired to relist,
+	// so the Status inside the protobuf stream has to decode as one.
+	mw, err := metadata.NewForConfigOrDie(env.TierAdmin).Resource(corev1.SchemeGroupVersion.WithResource("configmaps")).
+		Watch(ctx, metav1.ListOptions{ResourceVersion: "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-mw.ResultChan():
+		st, ok := ev.Object.(*metav1.Status)
+		if ev.Type != "ERROR" || !ok || st.Code != 410 || st.Reason != metav1.StatusReasonExpired || !strings.HasPrefix(st.Message, "too old resource version: 2 (") {
+			t.Errorf("too old, metadata client: %s %#v", ev.Type, ev.Object)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("too old, metadata client: no event in 5s")
+	}
+	mw.Stop()
 	// Timeout and pre-timeout bookmark.
 	q := url.Values{"watch": {"true"}, "resourceVersion": {"0"}, "sendInitialEvents": {"false"}, "resourceVersionMatch": {"NotOlderThan"}, "allowWatchBookmarks": {"true"}, "timeoutSeconds": {"4"}}
 	start := time.Now()
 	// Watch one namespace and change another: the watcher's slice does not
 	// change, the resource's RV does, and the bookmark carries it.
 	ch, _ := openWatch(t, ctx, env.TierAdmin, "/api/v1/namespaces/"+nsName(2)+"/configmaps", q, "")
-	_, err := kc(t, env.Admin).CoreV1().ConfigMaps(nsName(3)).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "bm-" + strconv.Itoa(rand.IntN(1e6))}}, metav1.CreateOptions{})
+	_, err = kc(t, env.Admin).CoreV1().ConfigMaps(nsName(3)).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "bm-" + strconv.Itoa(rand.IntN(1e6))}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -351,7 +351,16 @@ func (ww *watchWriter) writeBookmark(rv uint64, initialEnd bool) error {
 }
 
 // writeError writes the in-stream ERROR event with the error's Status.
+// Inside a protobuf stream the Status is protobuf for the metadata form
+// too: the apiserver's embedded encoder is the stream's negotiated
+// serializer and passes a Status through untransformed, and client-go's
+// metadata client decodes the event's object with protobuf (a JSON Status
+// there reached informers as "provided data does not appear to be a
+// protobuf message" instead of 410 Expired, so they never relisted).
 func (ww *watchWriter) writeError(err error) error {
 	st := toStatus(err)
+	if ww.enc.isProtobuf() {
+		return ww.frame("ERROR", encoding_.Status(st))
+	}
 	return ww.frame("ERROR", encodeStatus(ww.enc, st))
 }

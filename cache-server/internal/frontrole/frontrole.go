@@ -49,7 +49,10 @@ type Config struct {
 	Registry           *prometheus.Registry
 	Profiling          bool
 	ProtobufCacheBytes int64
-	Log                logr.Logger
+	// GoawayChance spreads the aggregator's connection over the fronts
+	// (serving.Config.GoawayChance).
+	GoawayChance float64
+	Log          logr.Logger
 }
 
 // Run serves until ctx ends.
@@ -109,6 +112,7 @@ func Run(ctx context.Context, cfg Config) error {
 	return serving.Run(ctx, serving.Config{
 		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: kc, PathPrefix: prefix,
 		API: api, Registry: reg, Metrics: m, Profiling: cfg.Profiling, Log: cfg.Log,
+		GoawayChance: cfg.GoawayChance,
 		BeforeShutdown: func() {
 			for _, s := range sources {
 				s.Hub().Close()

@@ -114,10 +114,10 @@ func flattenPanels(ps []dashPanel) []dashPanel {
 }
 
 var (
-	cachetierName = regexp.MustCompile(`cachetier_[a-z_]+`)
-	runtimeName   = regexp.MustCompile(`\b(?:process|go)_[a-z_]+`)
+	cachetierName = regexp.MustCompile(`cachetier_[a-z0-9_]+`)
+	runtimeName   = regexp.MustCompile(`\b(?:process|go)_[a-z0-9_]+`)
 	byClause      = regexp.MustCompile(`\bby\s*\(([^)]*)\)`)
-	selector      = regexp.MustCompile(`(cachetier_[a-z_]+)\{([^}]*)\}`)
+	selector      = regexp.MustCompile(`(cachetier_[a-z0-9_]+)\{([^}]*)\}`)
 	matcherLabel  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)`)
 )
 

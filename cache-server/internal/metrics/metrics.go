@@ -41,6 +41,7 @@ type Metrics struct {
 	ProtobufConversions *prometheus.CounterVec // path: cached, plan, typed
 
 	AuthnConnCache *prometheus.CounterVec // result: hit, miss, bypass
+	Goaways        prometheus.Counter     // HTTP/2 connections asked to reconnect (serving.withGoaway)
 	MemoryReleased prometheus.Counter     // bytes returned to the OS after bulk loads
 
 	// What alerts need about the process itself.
@@ -147,6 +148,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_authn_connection_cache_total",
 		Help: "Authentications answered from the connection's cache (hit), by the delegated authenticators (miss), or not eligible for the cache (bypass: no client certificate, no cache on the server).",
 	}, []string{"result"})
+	m.Goaways = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cachetier_http2_goaways_total",
+		Help: "HTTP/2 responses that asked the client to move to a new connection (--goaway-chance), so the aggregator's single connection to a fleet's Service is spread over its fronts.",
+	})
 	m.MemoryReleased = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cachetier_memory_released_bytes_total",
 		Help: "Heap memory returned to the operating system right after initial loads (package memrelease).",
@@ -186,7 +191,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}, nil)
 	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit)
 	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark)
-	reg.MustRegister(m.AuthnConnCache, m.MemoryReleased, m.ProtobufConversions)
+	reg.MustRegister(m.AuthnConnCache, m.Goaways, m.MemoryReleased, m.ProtobufConversions)
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
 	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes, m.ProgressProbeBookmark,
 		m.UpstreamEvents, m.UpstreamRelists, m.UpstreamWatchListFallbacks, m.UpstreamRV, m.UpstreamLatestRV,

@@ -47,6 +47,9 @@ type Config struct {
 	// BeforeShutdown ends long-running streams (watches), which
 	// http.Server.Shutdown waits for but never interrupts.
 	BeforeShutdown func()
+	// GoawayChance is the fraction of HTTP/2 requests after which the
+	// client is asked to reconnect (withGoaway); 0 never.
+	GoawayChance float64
 }
 
 // Run serves until ctx ends.
@@ -69,7 +72,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           withGoaway(handler, cfg.GoawayChance, cfg.Metrics.Goaways),
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         &tls.Config{ClientAuth: clientAuth, MinVersion: tls.VersionTLS12},
 		// Per-connection authentication cache (auth.Wrap's authenticator).
