@@ -103,9 +103,17 @@ func main() {
 	flag.StringVar(&o.profileDir, "profile-dir", "", "write CPU profiles of both servers under LIST load here (/debug/pprof/profile; both serve it to the admin)")
 	flag.DurationVar(&o.freshness, "freshness-timeout", 0, "the tier profile's freshnessTimeout (default: the profile's default, 3s); the 100k-object scale run on a loaded machine needs more")
 	flag.IntVar(&o.fleet, "fleet", 0, "run the tier as a fleet of this many shard processes and a front (list mode only; CPU and RSS summed over the processes)")
-	mode := flag.String("mode", "list", "benchmark: list, watchlist, fanout, or watch (watchlist and fanout)")
+	mode := flag.String("mode", "list", "benchmark: list, watchlist, fanout, watch (watchlist and fanout), probecost, apicost or quietread")
 	wo := watchFlags()
+	fo := freshFlags()
 	flag.Parse()
+	if handled, err := runFreshMode(context.Background(), *mode, o, small, fo); handled {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	switch *mode {
 	case "list":
 	case "watchlist", "fanout", "watch":

@@ -89,7 +89,7 @@ func TestListWatchFallback(t *testing.T) {
 	}
 
 	// Read-your-writes through a consistent LIST: the RV fetch falls back
-	// to a LIST of one item.
+	// to a LIST of one key (upstream.rvFetchListQuery).
 	created, err := api.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

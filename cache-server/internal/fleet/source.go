@@ -17,6 +17,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/keyhash"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/shardwire"
+	"github.com/cachetier/cachetier/cache-server/internal/sharedwait"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
 	"github.com/cachetier/cachetier/cache-server/internal/watch"
 )
@@ -31,6 +32,8 @@ type Source struct {
 
 	synced   chan struct{}
 	uncached atomic.Bool
+	// waits shares the shards' freshness waits between concurrent reads.
+	waits sharedwait.Group
 
 	// merge state of the shards' change streams (see follow).
 	mu      sync.Mutex
@@ -114,11 +117,25 @@ func (s *Source) CurrentRV(ctx context.Context) (uint64, error) {
 
 // WaitFresh makes every shard apply rv (each proves its progress to the
 // apiserver if its stream is quiet) and waits until the merged stream
-// reached it.
+// reached it. Concurrent consistent reads share the shard calls: a read
+// joins a wait in flight for an RV at least its own (most concurrent reads
+// got the same RV from one coalesced fetch), so N reads waiting together
+// cost each shard one wait, not N.
 func (s *Source) WaitFresh(ctx context.Context, rv uint64) error {
 	if s.hub.LastRV() >= rv {
 		return nil
 	}
+	if err := s.waits.Wait(ctx, rv, s.waitShards); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return &store.TooLargeResourceVersionError{RV: rv, Current: s.hub.LastRV(), Err: err}
+		}
+		return err
+	}
+	return s.hub.WaitFor(ctx, rv)
+}
+
+// waitShards asks every shard to apply rv.
+func (s *Source) waitShards(ctx context.Context, rv uint64) error {
 	// The first shard that fails ends the wait for the others: its error
 	// (unreachable: 503) is the answer, not a timeout later.
 	ctx, cancel := context.WithCancel(ctx)
@@ -138,28 +155,17 @@ func (s *Source) WaitFresh(ctx context.Context, rv uint64) error {
 		}()
 	}
 	wg.Wait()
-	var first error
 	for _, err := range errs {
 		if err != nil && !errors.Is(err, context.Canceled) {
-			first = err
-			break
+			return err
 		}
 	}
-	if first == nil {
-		for _, err := range errs {
-			if err != nil {
-				first = err
-				break
-			}
+	for _, err := range errs {
+		if err != nil {
+			return err
 		}
 	}
-	if first != nil {
-		if errors.Is(first, context.DeadlineExceeded) || errors.Is(first, context.Canceled) {
-			return &store.TooLargeResourceVersionError{RV: rv, Current: s.hub.LastRV(), Err: first}
-		}
-		return first
-	}
-	return s.hub.WaitFor(ctx, rv)
+	return nil
 }
 
 // snapshotRV is the RV to read every shard at: the requested one, or the

@@ -14,6 +14,7 @@ type Metrics struct {
 	FreshnessWait              *prometheus.HistogramVec // resource, outcome
 	RVFetches                  *prometheus.CounterVec   // resource, outcome
 	ProgressProbes             *prometheus.CounterVec   // resource, outcome
+	ProgressProbeBookmark      *prometheus.HistogramVec // resource: probe opened to its bookmark
 	UpstreamEvents             *prometheus.CounterVec   // resource, type
 	UpstreamRelists            *prometheus.CounterVec   // resource, reason
 	UpstreamWatchListFallbacks *prometheus.CounterVec   // resource
@@ -72,8 +73,13 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"resource", "outcome"}),
 		ProgressProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cachetier_upstream_progress_probes_total",
-			Help: "Short upstream watches opened to prove progress on a resource whose stream was quiet.",
+			Help: "Short upstream watches opened to prove progress on a resource whose stream was quiet, by outcome (bookmark, nothing_due, late, bookmarkless, error; relist: a re-read of a resource without bookmarks).",
 		}, []string{"resource", "outcome"}),
+		ProgressProbeBookmark: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cachetier_upstream_progress_probe_bookmark_seconds",
+			Help:    "Time from opening a progress probe to its bookmark (the apiserver sends bookmarks on a 1-1.25 s timer).",
+			Buckets: []float64{.05, .1, .25, .5, .75, 1, 1.25, 1.5, 2, 2.5, 3},
+		}, []string{"resource"}),
 		UpstreamEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cachetier_upstream_events_total",
 			Help: "Events received from the apiserver's watch streams.",
@@ -187,7 +193,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark)
 	reg.MustRegister(m.AuthnConnCache, m.Goaways, m.MemoryReleased, m.ProtobufConversions)
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
-	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes,
+	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes, m.ProgressProbeBookmark,
 		m.UpstreamEvents, m.UpstreamRelists, m.UpstreamWatchListFallbacks, m.UpstreamRV, m.UpstreamLatestRV,
 		m.ShardObjects, m.ShardBytes, m.ShardAppliedRV)
 	return m

@@ -75,7 +75,16 @@ type Ingester struct {
 	isSynced bool
 
 	rvFetch coalescer
-	probe   coalescer
+	// rvFetchByList: the apiserver refused the watch-list RV fetch (its
+	// WatchList feature is off); fetch with a LIST of the same key.
+	rvFetchByList atomic.Bool
+	// probe re-reads a bookmarkless resource for waiting reads (coalesced);
+	// prober runs the progress probes of a resource with a watch cache.
+	probe  coalescer
+	prober prober
+	// life ends when Run returns: the prober's goroutines end with it.
+	life     context.Context
+	stopLife context.CancelFunc
 	// bookmarkless: the apiserver serves this resource without a watch
 	// cache, so its watches carry no progress bookmarks. Starts from the
 	// apiserver's defaults (UncachedByDefault) and is corrected by what
@@ -105,7 +114,9 @@ type Ingester struct {
 func New(opts Options) *Ingester {
 	in := &Ingester{opts: opts, res: opts.Resource.String(), changed: make(chan struct{}), synced: make(chan struct{})}
 	in.rvFetch.fn = in.fetchCurrentRV
-	in.probe.fn = in.runProbe
+	in.probe.fn = in.runRelistProbe
+	in.life, in.stopLife = context.WithCancel(context.Background())
+	in.prober.cadence, in.prober.linger = probeCadence, probeLinger
 	in.bookmarkless.Store(UncachedByDefault(opts.Resource.GVR.GroupResource()))
 	in.ns = nsState{admitted: map[string]bool{}, pending: map[string]*nsBuffer{}, queue: make(chan string, 1024)}
 	in.nsList = in.listNamespace
@@ -141,6 +152,7 @@ func (in *Ingester) AppliedRV() uint64 {
 
 // Run ingests until ctx is done.
 func (in *Ingester) Run(ctx context.Context) {
+	defer in.stopLife()
 	log := in.opts.Log.WithValues("resource", in.res)
 	if f := in.opts.Namespaces; f != nil {
 		f.Namespaces.Subscribe(in.enqueueNamespace)
@@ -397,6 +409,12 @@ func (in *Ingester) consume(ctx context.Context, s *eventStream) error {
 
 // handle applies one live event (from the main stream or a probe).
 func (in *Ingester) handle(ev rawEvent) error {
+	_, err := in.handleRV(ev)
+	return err
+}
+
+// handleRV is handle, also returning the event's RV.
+func (in *Ingester) handleRV(ev rawEvent) (uint64, error) {
 	in.opts.Metrics.UpstreamEvents.WithLabelValues(in.res, ev.Type).Inc()
 	var t store.EventType
 	switch ev.Type {
@@ -409,7 +427,7 @@ func (in *Ingester) handle(ev rawEvent) error {
 	case "BOOKMARK":
 		rv, initialEnd, err := bookmarkInfo(ev.Object)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if !initialEnd {
 			in.sawBookmark.Store(true)
@@ -419,21 +437,21 @@ func (in *Ingester) handle(ev rawEvent) error {
 		}
 		in.opts.Metrics.UpstreamLatestRV.WithLabelValues(in.res).Set(float64(rv))
 		in.markProgress(rv)
-		return nil
+		return rv, nil
 	case "ERROR":
-		return eventStatus(ev.Object)
+		return 0, eventStatus(ev.Object)
 	default:
-		return fmt.Errorf("unknown watch event type %q", ev.Type)
+		return 0, fmt.Errorf("unknown watch event type %q", ev.Type)
 	}
 	o, err := in.decode(ev.Object)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if in.opts.Owns != nil && !in.opts.Owns(o.Key) {
 		in.markProgress(o.RV)
-		return nil
+		return o.RV, nil
 	}
-	return in.apply(store.Event{Type: t, Object: o, RV: o.RV})
+	return o.RV, in.apply(store.Event{Type: t, Object: o, RV: o.RV})
 }
 
 func (in *Ingester) apply(ev store.Event) error {

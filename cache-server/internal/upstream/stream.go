@@ -101,7 +101,13 @@ func openWatch(ctx context.Context, c *http.Client, host string, res Resource, q
 	if err != nil {
 		return nil, err
 	}
-	return &eventStream{body: resp.Body, frames: newFrameReader(resp.Body)}, nil
+	return newEventStream(resp.Body), nil
+}
+
+// newEventStream reads a watch response body frame by frame; the RV fetch
+// and the progress prober read their short watches through it too.
+func newEventStream(body io.ReadCloser) *eventStream {
+	return &eventStream{body: body, frames: newFrameReader(body)}
 }
 
 // listPage fetches one page of a LIST.

@@ -1,0 +1,494 @@
+package main
+
+// -mode apicost and -mode quietread (issue 12): what the tier's reads cost
+// kube-apiserver, and how long a consistent read of a quiet resource waits
+// while other resources change.
+//
+// Both run a standalone tier and a fleet (-fleet shards, default 2) at
+// once, each registered with the control plane's aggregation layer by an
+// APIService (hack/tierproc, as `make run` and the e2e tests do), caching
+// the ConfigMaps of the data set's namespace.
+//
+//   - apicost: the apiserver's CPU (utime+stime, /proc) per LIST it serves
+//     itself (consistent, the data set's namespace), then per LIST it only
+//     causes: a tier LIST sent to the tier directly and through the
+//     aggregator, consistent and resourceVersion=0. Each figure is the CPU
+//     over the reads minus the apiserver's idle CPU over the same time
+//     (its rate measured over a window as long, just before), divided by
+//     the reads; the ratio is against the apiserver's own LIST.
+//   - quietread: a writer renews a Lease every second (every real cluster
+//     has them); right after each renewal the bench sends one consistent
+//     read (LIST of a 50-object namespace, or GET of one of its objects,
+//     alternately) of the quiet ConfigMaps: to the apiserver, to the
+//     standalone tier and to the fleet's front. Each such read needs the
+//     tier to prove progress past the renewal's RV. Latency p50/p99 per
+//     server, and the apiserver's CPU per tier read (RV fetches and
+//     progress probes).
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/hack/tierproc"
+)
+
+type apiCostOptions struct {
+	tierReads int // tier LISTs per scenario
+	apiLists  int // the apiserver's own LISTs
+	quietObjs int // quietread: ConfigMaps in the quiet namespace
+	quietIter int // quietread: reads per server
+	settle    time.Duration
+}
+
+// freshOptions are the flags of the apiserver-cost and freshness modes.
+type freshOptions struct {
+	probe       *probeCostOptions
+	probeCounts *string
+	api         *apiCostOptions
+}
+
+func freshFlags() freshOptions {
+	po, counts := probeCostFlags()
+	return freshOptions{probe: po, probeCounts: counts, api: apiCostFlags()}
+}
+
+// runFreshMode runs -mode probecost, apicost or quietread; handled is
+// false for the other modes.
+func runFreshMode(ctx context.Context, mode string, o options, small dataset, fo freshOptions) (handled bool, err error) {
+	switch mode {
+	case "probecost":
+		if fo.probe.counts, err = parseCounts(*fo.probeCounts); err != nil {
+			return true, err
+		}
+		return true, runProbeCost(ctx, o, *fo.probe)
+	case "apicost":
+		return true, runAPICost(ctx, o, small, fo.api)
+	case "quietread":
+		return true, runQuietRead(ctx, o, fo.api)
+	}
+	return false, nil
+}
+
+func apiCostFlags() *apiCostOptions {
+	var a apiCostOptions
+	flag.IntVar(&a.tierReads, "apicost-reads", 100, "apicost: tier LISTs per scenario (tier kind x path x read)")
+	flag.IntVar(&a.apiLists, "apicost-api-lists", 20, "apicost: LISTs the apiserver serves itself (the denominator)")
+	flag.IntVar(&a.quietObjs, "quiet-objects", 50, "quietread: ConfigMaps in the quiet namespace")
+	flag.IntVar(&a.quietIter, "quiet-reads", 60, "quietread: consistent reads per server (one per Lease renewal, so about one per second)")
+	// The tier keeps its progress probes going 10 s after the last read
+	// that needed one (upstream.probeLinger): let them end before the
+	// next window, so one scenario's probes do not count in the next.
+	flag.DurationVar(&a.settle, "apicost-settle", 12*time.Second, "apicost/quietread: pause between scenarios")
+	return &a
+}
+
+// benchTiers is a standalone tier and a fleet, both behind the aggregator.
+type benchTiers struct {
+	kinds []tierKind
+}
+
+type tierKind struct {
+	name            string
+	direct, viaAggr *rest.Config // the process itself; through the aggregator
+	// metrics are the /metrics URLs of the processes that talk to the
+	// apiserver (the standalone process, or the fleet's shards), read
+	// with metricsClient.
+	metrics       []string
+	metricsClient *http.Client
+}
+
+// startBenchTiers starts both tiers caching the ConfigMaps of the
+// namespaces labelled bench=<set>.
+func startBenchTiers(ctx context.Context, env *benchEnv, o options, set string) (*benchTiers, error) {
+	spec := v1alpha1.CacheProfileSpec{HashShards: 4, Resources: []v1alpha1.CachedResource{{
+		Version: "v1", Resource: "configmaps",
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"bench": set}},
+	}}}
+	shards := max(o.fleet, 2)
+	start := time.Now()
+	st, err := tierproc.Start(ctx, env.cp, tierproc.Options{Binary: o.binary, Profile: "bench", Spec: spec})
+	if err != nil {
+		return nil, err
+	}
+	fl, err := tierproc.StartFleet(ctx, env.cp, tierproc.FleetOptions{
+		Options: tierproc.Options{Binary: o.binary, Profile: "benchfleet", Spec: spec, ServiceIPIndex: 51},
+		Shards:  shards,
+	})
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "bench: standalone tier and fleet (%d shards) registered in %s\n", shards, time.Since(start).Round(time.Millisecond))
+	var b benchTiers
+	for _, t := range []struct {
+		name    string
+		t       *tierproc.Tier
+		metrics []string
+	}{{"standalone", st, []string{st.DirectURL + "/metrics"}}, {fmt.Sprintf("fleet (%d shards)", shards), fl.Tier, fl.ShardMetricsURLs}} {
+		direct := rest.CopyConfig(env.admin)
+		direct.Host = t.t.DirectURL + t.t.Prefix
+		direct.CAData, direct.CAFile, direct.ServerName = t.t.DirectCA, "", t.t.ServerName
+		aggr := rest.CopyConfig(env.admin)
+		aggr.Host = t.t.AggregatedURL
+		mc, err := rest.HTTPClientFor(direct)
+		if err != nil {
+			return nil, err
+		}
+		k := tierKind{name: t.name, direct: direct, viaAggr: aggr, metricsClient: mc}
+		for _, u := range t.metrics {
+			if !strings.HasSuffix(u, "/metrics") {
+				u += "/metrics"
+			}
+			k.metrics = append(k.metrics, u)
+		}
+		b.kinds = append(b.kinds, k)
+	}
+	return &b, nil
+}
+
+// startSeededTiers starts the control plane, seeds d into its namespace
+// (returned) and starts both tiers caching it. The caller stops env.cp.
+func startSeededTiers(ctx context.Context, o options, d dataset) (*benchEnv, *benchTiers, string, error) {
+	env, err := startEnv(ctx, &o)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	ns := "bench-" + d.name
+	if _, err := seed(ctx, env.kc, ns, d, o.concurrency); err != nil {
+		env.cp.Stop()
+		return nil, nil, "", err
+	}
+	tiers, err := startBenchTiers(ctx, env, o, d.name)
+	if err != nil {
+		env.cp.Stop()
+		return nil, nil, "", err
+	}
+	return env, tiers, ns, nil
+}
+
+// upstreamCounters sums, over the tier's processes, the counters of its
+// requests to the apiserver for freshness: RV fetches, and progress probes
+// by outcome ("probes <outcome>").
+func (k tierKind) upstreamCounters() map[string]float64 {
+	out := map[string]float64{}
+	for _, u := range k.metrics {
+		resp, err := k.metricsClient.Get(u)
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(body), "\n") {
+			var name string
+			switch {
+			case strings.HasPrefix(line, "cachetier_upstream_rv_fetches_total{"):
+				name = "RV fetches"
+			case strings.HasPrefix(line, "cachetier_upstream_progress_probes_total{"):
+				_, rest, _ := strings.Cut(line, `outcome="`)
+				outcome, _, _ := strings.Cut(rest, `"`)
+				name = "probes " + outcome
+			default:
+				continue
+			}
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err == nil {
+				out[name] += v
+			}
+		}
+	}
+	return out
+}
+
+// counterDelta formats after - before, per counter.
+func counterDelta(before, after map[string]float64, per float64) string {
+	var names []string
+	for n := range after {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, n := range names {
+		if d := after[n] - before[n]; d > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", n, d/per))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// readAll sends GET url (gzip accepted, as kubectl does) and reads the
+// body to its end.
+func readAll(c *http.Client, u string) error {
+	req, _ := http.NewRequest(http.MethodGet, u, nil)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s: %d %s", u, resp.StatusCode, b)
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	return err
+}
+
+// apiserverCPU runs n calls of read and returns the apiserver's CPU per
+// call with its idle CPU over the same time subtracted (idle measured just
+// before, over a window as long as the calls are expected to take, at
+// least 5 s), the idle share per call, and the calls' latencies. settle
+// separates the warm-up reads from the idle window: what they started in
+// the tier (progress probes linger 10 s after the last read that asked
+// for one) must not run during it, or their cost would be subtracted.
+func apiserverCPU(pid, n int, settle time.Duration, read func() error) (perCall, idlePerCall float64, lat []float64, err error) {
+	if err := read(); err != nil { // warm-up (connections, caches)
+		return 0, 0, nil, err
+	}
+	expected := estimateDuration(func() (time.Duration, error) {
+		start := time.Now()
+		err := read()
+		return time.Since(start), err
+	}, n)
+	time.Sleep(settle)
+	idle, _ := idleCPU(pid, expected)
+	c0 := cpuTicks(pid)
+	start := time.Now()
+	for range n {
+		t0 := time.Now()
+		if err := read(); err != nil {
+			return 0, 0, nil, err
+		}
+		lat = append(lat, ms(time.Since(t0)))
+	}
+	elapsed := time.Since(start).Seconds()
+	used := ticksMs(cpuTicks(pid) - c0)
+	idleMs := idle.perSecond * elapsed
+	return (used - idleMs) / float64(n), idleMs / float64(n), lat, nil
+}
+
+func runAPICost(ctx context.Context, o options, d dataset, a *apiCostOptions) error {
+	env, tiers, ns, err := startSeededTiers(ctx, o, d)
+	if err != nil {
+		return err
+	}
+	defer env.cp.Stop()
+	path := "/api/v1/namespaces/" + ns + "/configmaps"
+	apiClient, err := rest.HTTPClientFor(env.admin)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "bench: load average before %s\n", loadAvg())
+	apiList, apiIdle, _, err := apiserverCPU(env.apiPID, a.apiLists, a.settle, func() error { return readAll(apiClient, env.admin.Host+path) })
+	if err != nil {
+		return err
+	}
+	type costRow struct {
+		tier, via, read string
+		cpu, idle       float64
+		p50             float64
+		target          float64
+	}
+	var rows []costRow
+	for _, k := range tiers.kinds {
+		for _, v := range []struct {
+			name string
+			cfg  *rest.Config
+		}{{"direct", k.direct}, {"aggregator", k.viaAggr}} {
+			client, err := rest.HTTPClientFor(v.cfg)
+			if err != nil {
+				return err
+			}
+			for _, rd := range []struct{ name, query string }{{"consistent", ""}, {"RV=0", "?resourceVersion=0"}} {
+				u := v.cfg.Host + path + rd.query
+				cpu, idle, lat, err := apiserverCPU(env.apiPID, a.tierReads, a.settle, func() error { return readAll(client, u) })
+				if err != nil {
+					return err
+				}
+				target := 0.15
+				if v.name == "direct" {
+					target = map[string]float64{"consistent": 0.03, "RV=0": 0.01}[rd.name]
+				}
+				rows = append(rows, costRow{k.name, v.name, rd.name, cpu, idle, pct(lat, 50), target})
+				fmt.Fprintf(os.Stderr, "bench: %s %s %s: %.3f ms apiserver CPU per LIST\n", k.name, v.name, rd.name, cpu)
+			}
+		}
+	}
+	fmt.Printf("apiserver CPU per LIST (ms, idle subtracted): %d x %s ConfigMaps; the apiserver's own consistent LIST %.2f ms (idle share %.2f, %d LISTs); %d tier LISTs per row; load average after %s\n",
+		d.count, human(d.size), apiList, apiIdle, a.apiLists, a.tierReads, loadAvg())
+	fmt.Printf("%-18s %-11s %-11s %12s %10s %12s %10s %8s\n", "tier", "path", "read", "apiserver ms", "idle ms", "/ own LIST", "target", "p50 ms")
+	for _, r := range rows {
+		verdict := "met"
+		if r.cpu/apiList > r.target {
+			verdict = "NOT MET"
+		}
+		fmt.Printf("%-18s %-11s %-11s %12.3f %10.3f %12.4f %10s %8.1f\n", r.tier, r.via, r.read, r.cpu, r.idle, r.cpu/apiList,
+			fmt.Sprintf("<=%.2f %s", r.target, verdict), r.p50)
+	}
+	return nil
+}
+
+// leaseWriter renews a Lease every second until stopped; each renewal's
+// completion is sent on renewed (dropped when nobody listens).
+type leaseWriter struct {
+	renewed chan struct{}
+	count   atomic.Int64
+	failed  atomic.Int64
+	stop    func()
+}
+
+func startLeaseWriter(ctx context.Context, kc kubernetes.Interface) (*leaseWriter, error) {
+	leases := kc.CoordinationV1().Leases(metav1.NamespaceDefault)
+	holder := "bench"
+	l, err := leases.Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench-writer"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, RenewTime: &metav1.MicroTime{Time: time.Now()}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	w := &leaseWriter{renewed: make(chan struct{})}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+			next, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+			if err != nil {
+				w.failed.Add(1)
+				if cur, gerr := leases.Get(ctx, l.Name, metav1.GetOptions{}); gerr == nil {
+					l = cur
+				}
+				continue
+			}
+			l = next
+			w.count.Add(1)
+			select {
+			case w.renewed <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	w.stop = func() { cancel(); wg.Wait() }
+	return w, nil
+}
+
+func runQuietRead(ctx context.Context, o options, a *apiCostOptions) error {
+	d := dataset{name: "quiet", count: a.quietObjs, size: 1024}
+	env, tiers, ns, err := startSeededTiers(ctx, o, d)
+	if err != nil {
+		return err
+	}
+	defer env.cp.Stop()
+	writer, err := startLeaseWriter(ctx, env.kc)
+	if err != nil {
+		return err
+	}
+	defer writer.stop()
+	fmt.Fprintf(os.Stderr, "bench: load average before %s\n", loadAvg())
+	list := "/api/v1/namespaces/" + ns + "/configmaps"
+	type server struct {
+		name string
+		cfg  *rest.Config
+		tier *tierKind
+	}
+	servers := []server{{"kube-apiserver", env.admin, nil}}
+	for i, k := range tiers.kinds {
+		servers = append(servers, server{k.name, k.direct, &tiers.kinds[i]})
+	}
+	type result struct {
+		name             string
+		list, get        []float64
+		cpuPerRead, idle float64
+		requests         string // the tier's requests to the apiserver per read
+	}
+	var results []result
+	for _, s := range servers {
+		client, err := rest.HTTPClientFor(s.cfg)
+		if err != nil {
+			return err
+		}
+		r := result{name: s.name}
+		read := func(i int) error {
+			<-writer.renewed // etcd's revision just moved past what any read proved
+			u := s.cfg.Host + list
+			if i%2 == 1 {
+				u += "/cm-" + fmt.Sprintf("%06d", rand.IntN(d.count))
+			}
+			t0 := time.Now()
+			if err := readAll(client, u); err != nil {
+				return err
+			}
+			if i%2 == 1 {
+				r.get = append(r.get, ms(time.Since(t0)))
+			} else {
+				r.list = append(r.list, ms(time.Since(t0)))
+			}
+			return nil
+		}
+		var before map[string]float64
+		if s.tier != nil {
+			before = s.tier.upstreamCounters()
+		}
+		i := 0
+		// The CPU figure includes the Lease writer's own cost on both
+		// sides (the idle window runs the writer too), so it cancels out.
+		cpu, idle, _, err := apiserverCPU(env.apiPID, a.quietIter, a.settle, func() error { i++; return read(i) })
+		if err != nil {
+			return err
+		}
+		r.cpuPerRead, r.idle = cpu, idle
+		if s.tier != nil {
+			r.requests = counterDelta(before, s.tier.upstreamCounters(), float64(i))
+		}
+		results = append(results, r)
+		all := append(append([]float64(nil), r.list...), r.get...)
+		sort.Float64s(all)
+		fmt.Fprintf(os.Stderr, "bench: %s: every read, sorted (ms): %.0f\n", s.name, all)
+	}
+	fmt.Printf("consistent reads of a quiet resource (%d ConfigMaps), each right after a Lease renewal (one a second); %d reads per server; load average after %s\n", d.count, a.quietIter, loadAvg())
+	fmt.Printf("%-18s %10s %10s %10s %10s %10s %10s %18s\n", "server", "LIST p50", "LIST p99", "GET p50", "GET p99", "all p50", "all p99", "apiserver CPU/read")
+	for _, r := range results {
+		all := append(append([]float64(nil), r.list...), r.get...)
+		fmt.Printf("%-18s %10s %10s %10s %10s %10s %10s %18.3f\n", r.name, msStr(pct(r.list, 50)), msStr(pct(r.list, 99)), msStr(pct(r.get, 50)), msStr(pct(r.get, 99)),
+			msStr(pct(all, 50)), msStr(pct(all, 99)), r.cpuPerRead)
+	}
+	fmt.Println("targets for the tiers: p50 <= 600 ms, p99 <= 1300 ms (all reads)")
+	for _, r := range results {
+		if r.requests != "" {
+			fmt.Printf("%s: requests to the apiserver per read (summed over its processes): %s\n", r.name, r.requests)
+		}
+	}
+	if n := writer.failed.Load(); n > 0 {
+		fmt.Printf("lease writer: %d failed renewals\n", n)
+	}
+	return nil
+}
+
+func msStr(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " ms" }
