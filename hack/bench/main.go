@@ -38,10 +38,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -407,42 +407,32 @@ func seed(ctx context.Context, kc kubernetes.Interface, ns string, d dataset, co
 		return seedPods(ctx, kc, ns, d, concurrency)
 	}
 	payload := strings.Repeat("x", d.size)
-	work := make(chan int)
-	errs := make(chan error, concurrency)
-	var wg sync.WaitGroup
-	for range concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%06d", i)}, Data: map[string]string{"payload": payload}}
-				if _, err := kc.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	var seedErr error
-loop:
-	for i := range d.count {
-		select {
-		case work <- i:
-		case seedErr = <-errs:
-			break loop
-		}
-	}
-	close(work)
-	wg.Wait()
-	if seedErr != nil {
-		return 0, seedErr
-	}
-	select {
-	case err := <-errs:
+	err := createAll(ctx, 0, d.count, concurrency, func(ctx context.Context, i int) error {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%06d", i)}, Data: map[string]string{"payload": payload}}
+		_, err := kc.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
 		return 0, err
-	default:
 	}
-	body, err := kc.CoreV1().RESTClient().Get().Namespace(ns).Resource("configmaps").DoRaw(ctx)
+	return listSize(ctx, kc, ns, "configmaps")
+}
+
+// createAll runs create(i) for i in [from, to) on concurrency workers and
+// returns the first error; once one failed, no more are started.
+func createAll(ctx context.Context, from, to, concurrency int, create func(ctx context.Context, i int) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(concurrency)
+	for i := from; i < to && gctx.Err() == nil; i++ {
+		g.Go(func() error { return create(gctx, i) })
+	}
+	return g.Wait()
+}
+
+// listSize is the size of the JSON LIST of resource in ns as the apiserver
+// serves it: the data set's size against which memory is compared.
+func listSize(ctx context.Context, kc kubernetes.Interface, ns, resource string) (int64, error) {
+	body, err := kc.CoreV1().RESTClient().Get().Namespace(ns).Resource(resource).DoRaw(ctx)
 	if err != nil {
 		return 0, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -93,43 +92,12 @@ func seedPods(ctx context.Context, kc kubernetes.Interface, ns string, d dataset
 	if extra := d.size - len(raw) - len(`,"":""`) - len(podPaddingKey) - len(`,"f:":{}`) - len(podPaddingKey); extra > 0 {
 		pad = strings.Repeat("p", extra)
 	}
-	work := make(chan int)
-	errs := make(chan error, concurrency)
-	var wg sync.WaitGroup
-	for range concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				if _, err := pods.Create(ctx, benchPod(i, pad), metav1.CreateOptions{}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	var seedErr error
-loop:
-	for i := 1; i < d.count; i++ {
-		select {
-		case work <- i:
-		case seedErr = <-errs:
-			break loop
-		}
-	}
-	close(work)
-	wg.Wait()
-	if seedErr != nil {
-		return 0, seedErr
-	}
-	select {
-	case err := <-errs:
-		return 0, err
-	default:
-	}
-	body, err := kc.CoreV1().RESTClient().Get().Namespace(ns).Resource("pods").DoRaw(ctx)
+	err = createAll(ctx, 1, d.count, concurrency, func(ctx context.Context, i int) error {
+		_, err := pods.Create(ctx, benchPod(i, pad), metav1.CreateOptions{})
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
-	return int64(len(body)), nil
+	return listSize(ctx, kc, ns, "pods")
 }
