@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -104,6 +105,13 @@ func startFleet(cp *controlplane.ControlPlane, admin *rest.Config, binary, flags
 	for _, c := range cmds {
 		t.pids = append(t.pids, c.Process.Pid)
 	}
+	// The shards serve /debug/pprof on their API port to a cluster admin
+	// too (-profile-dir profiles them with the front).
+	for _, sh := range topo.Shards {
+		sc := rest.CopyConfig(cfg)
+		sc.Host = "https://" + sh.Endpoints[0]
+		t.parts = append(t.parts, profTarget{name: sh.Name, cfg: sc})
+	}
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		for i := range done {
@@ -126,5 +134,53 @@ func startFleet(cp *controlplane.ControlPlane, admin *rest.Config, binary, flags
 			return nil, fmt.Errorf("fleet not ready after 5m")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// reportFleetRSS prints each fleet process's resident set and its growth
+// over the same process of a fleet caching nothing (base, in t.pids'
+// order: the shards, then the front).
+func reportFleetRSS(t *tierProc, base []uint64) {
+	names := make([]string, 0, len(t.pids))
+	for _, p := range t.parts {
+		names = append(names, p.name)
+	}
+	names = append(names, "front")
+	for i, r := range rssEach(t.pids) {
+		var b uint64
+		if i < len(base) {
+			b = base[i]
+		}
+		fmt.Fprintf(os.Stderr, "bench: %s RSS %.1f MiB (%+.1f MiB over a fleet caching nothing)\n", names[i], float64(r)/(1<<20), (float64(r)-float64(b))/(1<<20))
+	}
+}
+
+// fleetMemoryRows are a fleet's memory by process, next to the apiserver's
+// growth: what each shard holds should be about the data set over the
+// number of shards, and the front, which holds no objects, next to
+// nothing. each and base are RSS per process in t.pids' order (the
+// shards, then the front), with the data set cached and caching nothing.
+func fleetMemoryRows(label string, t *tierProc, each, base []uint64, apiGrowth float64, jsonBytes int64) []row {
+	mib := func(v float64) float64 { return v / (1 << 20) }
+	growth := func(i int) float64 {
+		if i >= len(each) || i >= len(base) {
+			return math.NaN()
+		}
+		return float64(each[i]) - float64(base[i])
+	}
+	shards := len(t.parts)
+	lo, hi, sum := math.Inf(1), math.Inf(-1), 0.0
+	for i := range shards {
+		g := growth(i)
+		lo, hi, sum = math.Min(lo, g), math.Max(hi, g), sum+g
+	}
+	front := growth(shards)
+	nan := math.NaN()
+	return []row{
+		{label, "RSS growth, all tier processes", "MiB", mib(apiGrowth), mib(sum + front)},
+		{label, fmt.Sprintf("RSS growth, largest of %d shards", shards), "MiB", nan, mib(hi)},
+		{label, fmt.Sprintf("RSS growth, smallest of %d shards", shards), "MiB", nan, mib(lo)},
+		{label, "RSS growth, front", "MiB", nan, mib(front)},
+		{label, fmt.Sprintf("data set as JSON / %d shards", shards), "MiB", nan, mib(float64(jsonBytes) / float64(shards))},
 	}
 }

@@ -55,6 +55,8 @@ import (
 type dataset struct {
 	name        string
 	count, size int
+	// resource is what the set is made of: configmaps, or pods (pods.go).
+	resource string
 }
 
 type options struct {
@@ -63,6 +65,9 @@ type options struct {
 	pageIters   int
 	concurrency int
 	binary      string
+	// freshness, when set, is the profile's freshnessTimeout: a
+	// consistent read's wait for the tier before its 504.
+	freshness time.Duration
 	// profileDir, when set, receives a CPU profile of each server taken
 	// while it serves full and paginated LISTs (after the measurements).
 	profileDir string
@@ -81,10 +86,14 @@ func main() {
 	var o options
 	var small, large dataset
 	small.name, large.name = "small", "large"
+	small.resource, large.resource = "configmaps", "configmaps"
+	pods := dataset{name: "pods", resource: "pods"}
 	flag.IntVar(&small.count, "small-count", 10000, "ConfigMaps in the small-object data set")
 	flag.IntVar(&small.size, "small-size", 1024, "bytes of data per small ConfigMap")
 	flag.IntVar(&large.count, "large-count", 300, "ConfigMaps in the large-object data set")
 	flag.IntVar(&large.size, "large-size", 1<<20, "bytes of data per large ConfigMap")
+	flag.IntVar(&pods.count, "pod-count", 0, "Pods in the pods-like data set (pods.go)")
+	flag.IntVar(&pods.size, "pod-size", 3072, "bytes of JSON per Pod, as the apiserver serves it")
 	flag.IntVar(&o.iterations, "iterations", 30, "full LISTs per server and data set")
 	flag.IntVar(&o.pageIters, "page-iterations", 5, "paginated LIST walks per server and data set")
 	flag.IntVar(&o.concurrency, "seed-concurrency", 8, "parallel creates while seeding")
@@ -92,6 +101,7 @@ func main() {
 	flag.StringVar(&o.tierEnv, "tier-env", "", "extra environment for the cache-server process only, space-separated NAME=value (e.g. GOGC=50)")
 	flag.StringVar(&o.tierFlags, "tier-flags", "", "extra cache-server standalone flags, space-separated (e.g. \"--gc-percent=50\")")
 	flag.StringVar(&o.profileDir, "profile-dir", "", "write CPU profiles of both servers under LIST load here (/debug/pprof/profile; both serve it to the admin)")
+	flag.DurationVar(&o.freshness, "freshness-timeout", 0, "the tier profile's freshnessTimeout (default: the profile's default, 3s); the 100k-object scale run on a loaded machine needs more")
 	flag.IntVar(&o.fleet, "fleet", 0, "run the tier as a fleet of this many shard processes and a front (list mode only; CPU and RSS summed over the processes)")
 	mode := flag.String("mode", "list", "benchmark: list, watchlist, fanout, or watch (watchlist and fanout)")
 	wo := watchFlags()
@@ -114,7 +124,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: unknown -mode %q\n", *mode)
 		os.Exit(2)
 	}
-	for _, d := range []dataset{small, large} {
+	for _, d := range []dataset{small, large, pods} {
 		if d.count > 0 {
 			o.sets = append(o.sets, d)
 		}
@@ -190,13 +200,21 @@ func run(ctx context.Context, o options) error {
 	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-empty", Labels: map[string]string{"bench": "empty"}}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	base, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, "empty", "configmaps", o.fleet)
-	if err != nil {
-		return err
+	// Per resource: caching pods (field selectors computed at ingestion)
+	// and configmaps do not start from the same floor.
+	baseRSS, baseEach := map[string]uint64{}, map[string][]uint64{}
+	for _, d := range o.sets {
+		if _, done := baseRSS[d.resource]; done {
+			continue
+		}
+		base, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, "empty", d.resource, o.fleet, o.freshness)
+		if err != nil {
+			return err
+		}
+		baseRSS[d.resource], baseEach[d.resource] = rssAll(base.pids), rssEach(base.pids)
+		base.stop()
+		fmt.Fprintf(os.Stderr, "bench: RSS of a tier caching no %s %.1f MiB\n", d.resource, float64(baseRSS[d.resource])/(1<<20))
 	}
-	baseRSS := rssAll(base.pids)
-	base.stop()
-	fmt.Fprintf(os.Stderr, "bench: empty tier RSS %.1f MiB\n", float64(baseRSS)/(1<<20))
 
 	var rows []row
 	for _, d := range o.sets {
@@ -211,23 +229,33 @@ func run(ctx context.Context, o options) error {
 		time.Sleep(2 * time.Second)
 		apiAfter := rss(apiPID)
 
-		t, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, d.name, "configmaps", o.fleet)
+		t, err := startTier(ctx, cp, admin, o.binary, o.tierFlags, o.tierEnv, d.name, d.resource, o.fleet, o.freshness)
 		if err != nil {
 			return err
 		}
 		time.Sleep(2 * time.Second)
-		tierRSS := rssAll(t.pids)
+		tierRSS, tierEach := rssAll(t.pids), rssEach(t.pids)
+		if o.fleet > 0 {
+			reportFleetRSS(t, baseEach[d.resource])
+		}
 		if o.profileDir != "" {
 			if err := saveTierMemory(t.cfg, filepath.Join(o.profileDir, d.name+"-tier"), true); err != nil {
 				t.stop()
 				return err
 			}
+			for _, p := range t.parts {
+				if err := saveTierMemory(p.cfg, filepath.Join(o.profileDir, d.name+"-tier-"+p.name), true); err != nil {
+					t.stop()
+					return err
+				}
+			}
 		}
-		path := "/api/v1/namespaces/" + ns + "/configmaps"
+		path := "/api/v1/namespaces/" + ns + "/" + d.resource
 		servers := []struct {
-			cfg  *rest.Config
-			pids []int
-		}{{admin, []int{apiPID}}, {t.cfg, t.pids}}
+			cfg   *rest.Config
+			pids  []int
+			parts []profTarget
+		}{{admin, []int{apiPID}, nil}, {t.cfg, t.pids, t.parts}}
 		var res [2]measure
 		for i, s := range servers {
 			if res[i], err = measureServer(s.cfg, s.pids, path, o, d.count); err != nil {
@@ -236,7 +264,7 @@ func run(ctx context.Context, o options) error {
 			}
 			if o.profileDir != "" {
 				name := filepath.Join(o.profileDir, fmt.Sprintf("%s-%s", d.name, []string{"apiserver", "tier"}[i]))
-				if err := profileServer(s.cfg, path, name); err != nil {
+				if err := profileServer(s.cfg, path, name, s.parts); err != nil {
 					t.stop()
 					return err
 				}
@@ -252,9 +280,12 @@ func run(ctx context.Context, o options) error {
 			row{label, "paginated LIST (limit=500) total p50", "ms", res[0].pagedP50, res[1].pagedP50},
 			row{label, "full LIST p50, client gunzips all (client-go)", "ms", res[0].decodedP50, res[1].decodedP50},
 			row{label, "paginated total p50, client gunzips all", "ms", res[0].decodedPagedP50, res[1].decodedPagedP50},
-			row{label, "resident bytes per object", "B", float64(int64(apiAfter)-int64(apiBefore)) / float64(d.count), float64(int64(tierRSS)-int64(baseRSS)) / float64(d.count)},
+			row{label, "resident bytes per object", "B", float64(int64(apiAfter)-int64(apiBefore)) / float64(d.count), float64(int64(tierRSS)-int64(baseRSS[d.resource])) / float64(d.count)},
 			row{label, "object JSON size", "B", perObj, perObj},
 		)
+		if o.fleet > 0 {
+			rows = append(rows, fleetMemoryRows(label, t, tierEach, baseEach[d.resource], float64(int64(apiAfter)-int64(apiBefore)), jsonBytes)...)
+		}
 	}
 	printTable(os.Stdout, rows)
 	return nil
@@ -266,17 +297,22 @@ type tierProc struct {
 	// pids every process of the tier.
 	pid  int
 	pids []int
-	stop func()
+	// parts are a fleet's shards, profiled with the front (-profile-dir).
+	parts []profTarget
+	stop  func()
 }
 
 // startTier runs `cache-server standalone` caching the given core/v1
 // resource in the namespaces labelled bench=<set>, and waits until it is
 // ready.
-func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.Config, binary, flags, env, set, resource string, shards int) (*tierProc, error) {
+func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.Config, binary, flags, env, set, resource string, shards int, freshness time.Duration) (*tierProc, error) {
 	spec := v1alpha1.CacheProfileSpec{HashShards: 4, Resources: []v1alpha1.CachedResource{{
 		Version: "v1", Resource: resource,
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"bench": set}},
 	}}}
+	if freshness > 0 {
+		spec.FreshnessTimeout = &metav1.Duration{Duration: freshness}
+	}
 	prof := v1alpha1.CacheProfile{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "CacheProfile"}, ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Spec: spec}
 	data, err := yaml.Marshal(prof)
 	if err != nil {
@@ -358,6 +394,9 @@ func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.C
 func seed(ctx context.Context, kc kubernetes.Interface, ns string, d dataset, concurrency int) (int64, error) {
 	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"bench": d.name}}}, metav1.CreateOptions{}); err != nil {
 		return 0, err
+	}
+	if d.resource == "pods" {
+		return seedPods(ctx, kc, ns, d, concurrency)
 	}
 	payload := strings.Repeat("x", d.size)
 	work := make(chan int)
@@ -518,6 +557,15 @@ func cpuTicksAll(pids []int) uint64 {
 	return n
 }
 
+// rssEach is rss of each process.
+func rssEach(pids []int) []uint64 {
+	out := make([]uint64, len(pids))
+	for i, p := range pids {
+		out[i] = rss(p)
+	}
+	return out
+}
+
 // rssAll sums rss over processes.
 func rssAll(pids []int) uint64 {
 	var n uint64
@@ -672,7 +720,9 @@ func continueOf(r io.Reader) (string, error) {
 // profileServer takes two 10-second CPU profiles of a server: while a
 // client sends consistent full LISTs of path back to back, and while it
 // walks path with limit=500. name gets "-full.pprof" / "-paged.pprof".
-func profileServer(cfg *rest.Config, path, name string) error {
+// parts (a fleet's shards) are profiled over the same 10 seconds, into
+// name-<part>-full.pprof and so on.
+func profileServer(cfg *rest.Config, path, name string, parts []profTarget) error {
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return err
@@ -718,16 +768,15 @@ func profileServer(cfg *rest.Config, path, name string) error {
 				}
 			}
 		}()
-		resp, err := client.Get(cfg.Host + "/debug/pprof/profile?seconds=10")
-		if err == nil {
-			var f *os.File
-			if f, err = os.Create(name + suffix); err == nil {
-				_, err = io.Copy(f, resp.Body)
-				if cerr := f.Close(); err == nil {
-					err = cerr
-				}
+		partErrs := make(chan error, len(parts))
+		for _, p := range parts {
+			go func() { partErrs <- saveCPUProfile(p.cfg, name+"-"+p.name+suffix) }()
+		}
+		err := saveCPUProfile(cfg, name+suffix)
+		for range parts {
+			if perr := <-partErrs; err == nil {
+				err = perr
 			}
-			resp.Body.Close()
 		}
 		close(stop)
 		if lerr := <-loadErr; err == nil {
@@ -739,6 +788,42 @@ func profileServer(cfg *rest.Config, path, name string) error {
 		fmt.Fprintf(os.Stderr, "bench: wrote %s\n", name+suffix)
 	}
 	return nil
+}
+
+// profTarget is one more process to profile with a server.
+type profTarget struct {
+	name string
+	cfg  *rest.Config
+}
+
+// saveCPUProfile writes a 10-second CPU profile of the server at cfg.
+func saveCPUProfile(cfg *rest.Config, file string) error {
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Get(cfg.Host + "/debug/pprof/profile?seconds=10")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		// hack/controlplane runs kube-apiserver with --profiling=false.
+		fmt.Fprintf(os.Stderr, "bench: %s serves no profiles; %s not written\n", cfg.Host, file)
+		return nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", file, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // saveTierMemory writes the tier's heap profile (name-heap.pprof) and its

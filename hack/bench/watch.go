@@ -163,7 +163,7 @@ func benchWatchList(ctx context.Context, env *benchEnv, o options, wo *watchOpti
 	if _, err := env.kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-empty", Labels: map[string]string{"bench": "empty"}}}, metav1.CreateOptions{}); err != nil {
 		return nil, nil, err
 	}
-	empty, err := startTier(ctx, env.cp, env.admin, o.binary, o.tierFlags, o.tierEnv, "empty", "secrets", 0)
+	empty, err := startTier(ctx, env.cp, env.admin, o.binary, o.tierFlags, o.tierEnv, "empty", "secrets", 0, o.freshness)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -171,7 +171,7 @@ func benchWatchList(ctx context.Context, env *benchEnv, o options, wo *watchOpti
 	emptyRSS := rss(empty.pid)
 	empty.stop()
 
-	t, err := startTier(ctx, env.cp, env.admin, o.binary, o.tierFlags, o.tierEnv, set, "secrets", 0)
+	t, err := startTier(ctx, env.cp, env.admin, o.binary, o.tierFlags, o.tierEnv, set, "secrets", 0, o.freshness)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -705,7 +705,7 @@ func benchFanout(ctx context.Context, env *benchEnv, o options, wo *watchOptions
 			return nil, nil, err
 		}
 	}
-	t, err := startTier(ctx, env.cp, env.admin, o.binary, o.tierFlags, o.tierEnv, set, "configmaps", 0)
+	t, err := startTier(ctx, env.cp, env.admin, o.binary, o.tierFlags, o.tierEnv, set, "configmaps", 0, o.freshness)
 	if err != nil {
 		return nil, nil, err
 	}

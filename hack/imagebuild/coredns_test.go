@@ -1,6 +1,7 @@
 package imagebuild
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -17,7 +18,9 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cachetier/cachetier/hack/controlplane"
@@ -50,9 +53,19 @@ func TestCorefile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiSvc, err := client.CoreV1().Services("default").Get(t.Context(), "kubernetes", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// The apiserver's bootstrap controller creates default/kubernetes a
+	// moment after /readyz turns ok; on a loaded machine the test can ask
+	// first (CI saw "not found"), so wait for it as a pod would.
+	var apiSvc *corev1.Service
+	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		s, err := client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		apiSvc = s
+		return err == nil, err
+	}); err != nil {
+		t.Fatalf("service default/kubernetes: %v", err)
 	}
 
 	dnsPort, healthPort, readyPort, metricsPort := freePort(t), freePort(t), freePort(t), freePort(t)

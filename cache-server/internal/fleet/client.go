@@ -28,6 +28,7 @@ type Client struct {
 	http    *http.Client
 	topo    *topology.Topology
 	metrics *metrics.Metrics
+	pools   *shardwire.Pools
 	// next rotates the replica tried first, per shard, so reads spread
 	// over replicas.
 	next []atomic.Uint32
@@ -36,7 +37,7 @@ type Client struct {
 // NewClient returns a client that reaches shards with httpClient (TLS
 // trusting the shards' CA, carrying the front's credentials).
 func NewClient(httpClient *http.Client, topo *topology.Topology, m *metrics.Metrics) *Client {
-	return &Client{http: httpClient, topo: topo, metrics: m, next: make([]atomic.Uint32, len(topo.Shards))}
+	return &Client{http: httpClient, topo: topo, metrics: m, pools: shardwire.NewPools(), next: make([]atomic.Uint32, len(topo.Shards))}
 }
 
 // stream is an open shard response.
@@ -47,6 +48,9 @@ type stream struct {
 	ended bool
 	// endpoint is the replica answering.
 	endpoint string
+	// release returns the body's decoder, if any; pools takes r back.
+	release func()
+	pools   *shardwire.Pools
 }
 
 // Next reads the next record.
@@ -66,7 +70,16 @@ func (s *stream) Close() error {
 	if s.ended {
 		_, _ = io.CopyN(io.Discard, s.body, 4<<10)
 	}
-	return s.body.Close()
+	err := s.body.Close()
+	if s.release != nil {
+		s.release()
+		s.release = nil
+	}
+	if s.pools != nil {
+		s.pools.PutReader(s.r)
+		s.pools, s.r = nil, nil
+	}
+	return err
 }
 
 // open sends a shard request to one replica of shard i, trying the others
@@ -97,6 +110,9 @@ func (c *Client) openPreferring(ctx context.Context, i int, prefer, path string,
 		if err != nil {
 			return nil, err
 		}
+		if path == shardwire.PathList {
+			req.Header.Set("Accept-Encoding", shardwire.EncodingS2)
+		}
 		resp, err := c.http.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -121,7 +137,18 @@ func (c *Client) openPreferring(ctx context.Context, i int, prefer, path string,
 			return nil, err
 		}
 		c.metrics.FleetShardCalls.WithLabelValues(sh.Name, verb, "ok").Inc()
-		return &stream{r: shardwire.NewReader(resp.Body), body: resp.Body, endpoint: ep}, nil
+		st := &stream{body: resp.Body, endpoint: ep}
+		var body io.Reader = resp.Body
+		switch ce := resp.Header.Get("Content-Encoding"); ce {
+		case "":
+		case shardwire.EncodingS2:
+			body, st.release = c.pools.Decoder(resp.Body)
+		default:
+			resp.Body.Close()
+			return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("shard %s answered in an unknown encoding %q", sh.Name, ce))
+		}
+		st.r, st.pools = c.pools.Reader(body), c.pools
+		return st, nil
 	}
 	if initializing {
 		// As the apiserver's cacher answers while it initializes: the
@@ -158,6 +185,11 @@ func (c *Client) call(ctx context.Context, i int, prefer, path string, q url.Val
 	if err != nil {
 		return shardwire.Record{}, c.readError(i, err)
 	}
+	// A call's answer is this one record (a watermark: not a list's end
+	// record): read the body to its end on Close so the connection is
+	// reused. Closed unread, every consistent read cost the front and
+	// the shards three new TLS connections (current RV, a wait per shard).
+	s.ended = true
 	if rec.Kind == shardwire.KindError {
 		return rec, rec.Header.Error.Err()
 	}

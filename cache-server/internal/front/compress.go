@@ -2,6 +2,7 @@ package front
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"net/http"
 	"strings"
@@ -45,6 +46,20 @@ type bodyWriters struct {
 	// keeps ~3 KiB.
 	watchGzip sync.Pool
 	bufs      sync.Pool // *bufio.Writer of streamBufferSize
+	held      sync.Pool // *[]byte of gzipThreshold (deferredBody)
+	pages     sync.Pool // *bytes.Buffer: a page's items (streamList)
+}
+
+// maxPooledPage bounds the page buffers kept for reuse: a page of large
+// objects is written from a buffer of its own, not kept.
+const maxPooledPage = 4 << 20
+
+func (b *bodyWriters) putPage(page *bytes.Buffer) {
+	if page.Cap() > maxPooledPage {
+		return
+	}
+	page.Reset()
+	b.pages.Put(page)
 }
 
 func newBodyWriters() *bodyWriters {
@@ -57,7 +72,9 @@ func newBodyWriters() *bodyWriters {
 			gw, _ := gzip.NewWriterLevel(nil, gzip.StatelessCompression) // a valid level: no error
 			return gw
 		}},
-		bufs: sync.Pool{New: func() any { return bufio.NewWriterSize(nil, streamBufferSize) }},
+		bufs:  sync.Pool{New: func() any { return bufio.NewWriterSize(nil, streamBufferSize) }},
+		held:  sync.Pool{New: func() any { b := make([]byte, 0, gzipThreshold); return &b }},
+		pages: sync.Pool{New: func() any { return new(bytes.Buffer) }},
 	}
 }
 
@@ -114,6 +131,99 @@ func (b *bodyWriters) write(w http.ResponseWriter, gzipOK bool, enc encoding, bo
 	_, _ = z.gw.Write(body)
 	_ = z.close(false)
 	return http.StatusOK
+}
+
+// deferred returns a 200 body in enc whose bytes are held back until they
+// pass gzipThreshold — then the response starts, compressed when gzipOK —
+// or until finish, which writes a body that never passed it plain, in one
+// piece. That is the apiserver's rule for bodies whose size is not known
+// up front (its deferredResponseWriter decides on what its streaming
+// encoders buffered), and until the response starts the caller can still
+// answer an error instead (discard).
+func (b *bodyWriters) deferred(w http.ResponseWriter, gzipOK bool, enc encoding) *deferredBody {
+	return &deferredBody{b: b, w: w, gzipOK: gzipOK, enc: enc, held: b.held.Get().(*[]byte)}
+}
+
+// deferredBody is a body started by deferred.
+type deferredBody struct {
+	b      *bodyWriters
+	w      http.ResponseWriter
+	gzipOK bool
+	enc    encoding
+	held   *[]byte    // the body so far, until the response starts
+	out    itemWriter // the response's body, once started
+	done   func()
+	// err is the first write error (a client gone); later writes do
+	// nothing.
+	err error
+}
+
+func (d *deferredBody) Write(p []byte) (int, error) {
+	if d.err != nil {
+		return 0, d.err
+	}
+	if d.out == nil {
+		if len(*d.held)+len(p) <= gzipThreshold {
+			*d.held = append(*d.held, p...)
+			return len(p), nil
+		}
+		d.begin()
+		if d.err != nil {
+			return 0, d.err
+		}
+	}
+	n, err := d.out.Write(p)
+	if err != nil {
+		d.err = err
+	}
+	return n, err
+}
+
+func (d *deferredBody) WriteByte(c byte) error {
+	if d.out == nil && d.err == nil && len(*d.held) < gzipThreshold {
+		*d.held = append(*d.held, c)
+		return nil
+	}
+	_, err := d.Write([]byte{c})
+	return err
+}
+
+// begin starts the response: the body is longer than gzipThreshold.
+func (d *deferredBody) begin() {
+	d.out, d.done = d.b.start(d.w, d.gzipOK, d.enc)
+	if _, err := d.out.Write(*d.held); err != nil {
+		d.err = err
+	}
+	d.release()
+}
+
+func (d *deferredBody) release() {
+	*d.held = (*d.held)[:0]
+	d.b.held.Put(d.held)
+	d.held = nil
+}
+
+// sent reports whether the response has started.
+func (d *deferredBody) sent() bool { return d.out != nil }
+
+// finish completes the response and returns the first write error.
+func (d *deferredBody) finish() error {
+	if d.out == nil {
+		writeBody(d.w, d.enc, *d.held)
+		d.release()
+		return nil
+	}
+	d.done()
+	return d.err
+}
+
+// discard drops the body. Before the response started nothing was written
+// and the caller can answer otherwise; after, the response must be
+// aborted (its writers are left to the collector, not completed).
+func (d *deferredBody) discard() {
+	if d.out == nil {
+		d.release()
+	}
 }
 
 // setGzipHeaders marks a response gzip-encoded, as the apiserver does.

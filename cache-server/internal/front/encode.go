@@ -174,11 +174,16 @@ type itemWriter interface {
 // writeItem appends itemBytes(res, o) to w without an intermediate copy.
 // itemLen must stay in step with it.
 func writeItem(w itemWriter, custom bool, prefix []byte, o *store.Object) {
-	if custom || !bytes.HasPrefix(o.Raw, prefix) {
-		_, _ = w.Write(o.Raw)
+	writeItemBytes(w, custom, prefix, o.Raw)
+}
+
+// writeItemBytes is writeItem for an object's stored bytes.
+func writeItemBytes(w itemWriter, custom bool, prefix []byte, raw []byte) {
+	if custom || !bytes.HasPrefix(raw, prefix) {
+		_, _ = w.Write(raw)
 		return
 	}
-	rest := o.Raw[len(prefix):]
+	rest := raw[len(prefix):]
 	if len(rest) > 0 && rest[0] == ',' {
 		rest = rest[1:]
 	}

@@ -80,16 +80,29 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource
 	if p.ContinueKey != "" && p.ContinueRemaining >= 0 && snapshotRV != 0 {
 		req.RemainingAfterStart = &p.ContinueRemaining
 	}
+	if st, ok := res.Source.(ItemStreamer); ok && enc == encJSON {
+		return s.streamList(w, r, res, st, req, listRead{ns: ns, continueKey: p.ContinueKey, errEnc: errEnc})
+	}
 	result, err := res.Source.List(req)
+	if err != nil {
+		return writeErrorAs(w, errEnc, listError(err, p.ContinueKey))
+	}
+	return writeList(w, r, res, enc, listMeta(result, ns), result.Items)
+}
+
+// listError is the answer to a list read that failed.
+func listError(err error, continueKey string) error {
 	var expired *store.ExpiredError
-	if errors.As(err, &expired) && p.ContinueKey != "" {
+	if errors.As(err, &expired) && continueKey != "" {
 		// The token's snapshot left the history window: the apiserver's
 		// 410 with a token that continues inconsistently at the latest RV.
-		return writeErrorAs(w, errEnc, continuetoken.Expired(p.ContinueKey))
+		return continuetoken.Expired(continueKey)
 	}
-	if err != nil {
-		return writeErrorAs(w, errEnc, err)
-	}
+	return err
+}
+
+// listMeta is the metadata of a list read from namespace ns.
+func listMeta(result store.ListResult, ns string) metav1.ListMeta {
 	meta := metav1.ListMeta{ResourceVersion: formatRV(result.RV), RemainingItemCount: result.RemainingItemCount}
 	switch {
 	case result.ContinueKey == "":
@@ -98,7 +111,7 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource
 	default:
 		meta.Continue = continuetoken.Encode(result.RV, result.ContinueKey)
 	}
-	return writeList(w, r, res, enc, meta, result.Items)
+	return meta
 }
 
 // ready waits until the cache can answer a read of the given freshness and

@@ -157,8 +157,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		code = writeError(w, readOnly(info.Verb, res.label))
 	}
-	s.opts.Metrics.Requests.WithLabelValues(info.Verb, res.label, strconv.Itoa(code)).Inc()
+	codeLabel := strconv.Itoa(code)
+	if code == codeAborted {
+		codeLabel = "aborted"
+	}
+	s.opts.Metrics.Requests.WithLabelValues(info.Verb, res.label, codeLabel).Inc()
 	s.opts.Metrics.RequestDuration.WithLabelValues(info.Verb, res.label).Observe(time.Since(start).Seconds())
+	if code == codeAborted {
+		// Reset the connection (HTTP/1.1) or stream (HTTP/2): the body
+		// sent so far must not look complete (streamList).
+		panic(http.ErrAbortHandler)
+	}
 }
 
 func (s *Server) serveReady(w http.ResponseWriter) {

@@ -171,12 +171,14 @@ func (m *Meta) object(raw []byte) *store.Object {
 
 // Writer encodes records.
 type Writer struct {
-	w   *bufio.Writer
-	buf []byte
+	w     *bufio.Writer
+	under io.Writer
+	buf   []byte
 }
 
-// NewWriter writes records to w (buffered; call Flush).
-func NewWriter(w io.Writer) *Writer { return &Writer{w: bufio.NewWriterSize(w, 64<<10)} }
+// NewWriter writes records to w (buffered; call Flush, which flushes w too
+// when it has a Flush method, e.g. an Encoder).
+func NewWriter(w io.Writer) *Writer { return &Writer{w: bufio.NewWriterSize(w, 64<<10), under: w} }
 
 // Object writes a list item with its labels and field values.
 func (w *Writer) Object(o *store.Object) error { return w.object(o, true) }
@@ -259,7 +261,15 @@ func (w *Writer) Error(err error) error {
 }
 
 // Flush sends what is buffered.
-func (w *Writer) Flush() error { return w.w.Flush() }
+func (w *Writer) Flush() error {
+	if err := w.w.Flush(); err != nil {
+		return err
+	}
+	if f, ok := w.under.(interface{ Flush() error }); ok {
+		return f.Flush()
+	}
+	return nil
+}
 
 func (w *Writer) write(k Kind, h Header) error {
 	hdr, err := json.Marshal(h)

@@ -23,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/cachetier/cachetier/cache-server/internal/keyhash"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
 )
@@ -317,8 +318,23 @@ func (in *Ingester) listAll(ctx context.Context, u string) ([]*store.Object, uin
 	}
 }
 
-// decode is DecodeObject with a pooled decoder for the full decode.
+// decode is DecodeObject with a pooled decoder for the full decode, of a
+// copy of raw (a view into a stream's buffer). An object whose key Owns
+// refuses is not decoded nor copied: it comes back with only its key and
+// RV, which is all the callers look at before dropping it (progress).
 func (in *Ingester) decode(raw []byte) (*store.Object, error) {
+	if in.opts.Owns != nil {
+		if ns, name, rv, ok := objectKey(raw); ok {
+			if key := keyhash.Key(ns, name); !in.opts.Owns(key) {
+				parsed, err := ParseRV(rv)
+				if err != nil {
+					return nil, fmt.Errorf("object %s: %w", key, err)
+				}
+				return &store.Object{Key: key, RV: parsed}, nil
+			}
+		}
+	}
+	raw = bytes.Clone(raw)
 	if in.opts.Fields == nil {
 		return decodeObject(raw, nil, nil)
 	}

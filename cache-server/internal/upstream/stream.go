@@ -47,20 +47,25 @@ func (r Resource) String() string {
 // rawEvent is one frame of a JSON watch stream. The object stays raw: the
 // tier stores bytes, it does not decode them into Go types.
 type rawEvent struct {
-	Type   string          `json:"type"`
-	Object json.RawMessage `json:"object"`
+	Type string
+	// Object is a view into the stream's buffer, valid until the stream's
+	// next event: what is kept of it is copied (Ingester.decode).
+	Object json.RawMessage
 }
 
-// eventStream reads a JSON watch response frame by frame.
+// eventStream reads a JSON watch response frame by frame (frames.go).
 type eventStream struct {
-	body io.ReadCloser
-	dec  *json.Decoder
+	body   io.ReadCloser
+	frames *frameReader
 }
 
 func (s *eventStream) next() (rawEvent, error) {
-	var ev rawEvent
-	err := s.dec.Decode(&ev)
-	return ev, err
+	frame, err := s.frames.next()
+	if err != nil {
+		return rawEvent{}, err
+	}
+	typ, obj, err := eventParts(frame)
+	return rawEvent{Type: typ, Object: obj}, err
 }
 
 func (s *eventStream) Close() error { return s.body.Close() }
@@ -96,7 +101,7 @@ func openWatch(ctx context.Context, c *http.Client, host string, res Resource, q
 	if err != nil {
 		return nil, err
 	}
-	return &eventStream{body: resp.Body, dec: json.NewDecoder(resp.Body)}, nil
+	return &eventStream{body: resp.Body, frames: newFrameReader(resp.Body)}, nil
 }
 
 // listPage fetches one page of a LIST.

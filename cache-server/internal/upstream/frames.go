@@ -1,0 +1,367 @@
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Watch streams without decoding. A watch response is a sequence of JSON
+// objects, one per event ({"type":...,"object":{...}}). The tier stores an
+// object's bytes as received and reads only a few of its metadata fields,
+// so it splits the stream into frames and finds the object inside its
+// frame with a scanner that tracks strings and nesting only; the object is
+// parsed (and so validated) only when it is kept (decodeObject).
+//
+// json.Decoder, which this replaces, scanned every byte with its full
+// state machine and copied every object (json.RawMessage) before the tier
+// could look at it. A fleet's shard keeps the objects of its hash shards
+// only: it allocated every object of the resource and kept one in N, and
+// the ones it kept were scattered over memory the others had filled, which
+// the Go heap cannot give back (a 2-shard fleet's shards held twice the
+// heap of the objects they kept: docs/benchmarks.md, "Fleet").
+
+// maxKeptFrameBuffer: a frame buffer grown past this by one large event is
+// dropped after it, not kept for the life of the stream.
+const maxKeptFrameBuffer = 1 << 20
+
+// frameReader splits a watch response body into its top-level JSON values.
+type frameReader struct {
+	r   *bufio.Reader
+	buf []byte
+}
+
+func newFrameReader(r io.Reader) *frameReader {
+	return &frameReader{r: bufio.NewReaderSize(r, 64<<10)}
+}
+
+// next returns the next frame: a view into a buffer that the following
+// call reuses. At a clean end of the stream (nothing but whitespace after
+// the last frame) it returns io.EOF; inside a frame, io.ErrUnexpectedEOF.
+func (f *frameReader) next() ([]byte, error) {
+	if cap(f.buf) > maxKeptFrameBuffer {
+		f.buf = nil
+	}
+	f.buf = f.buf[:0]
+	var sc frameScanner
+	for {
+		if f.r.Buffered() == 0 {
+			if _, err := f.r.Peek(1); err != nil {
+				if err == io.EOF && sc.started {
+					return nil, io.ErrUnexpectedEOF
+				}
+				return nil, err
+			}
+		}
+		chunk, _ := f.r.Peek(f.r.Buffered())
+		skip, n, done, err := sc.scan(chunk)
+		if err != nil {
+			return nil, err
+		}
+		f.buf = append(f.buf, chunk[skip:n]...)
+		if _, err := f.r.Discard(n); err != nil {
+			return nil, err
+		}
+		if done {
+			return f.buf, nil
+		}
+	}
+}
+
+// frameScanner finds the end of one JSON object in a stream read in
+// chunks. It checks nesting and strings only: what is kept of a frame is
+// parsed properly later.
+type frameScanner struct {
+	started  bool
+	depth    int
+	inString bool
+	escaped  bool // the chunk ended right after a backslash in a string
+}
+
+var errNotAnObject = errors.New("watch stream: a frame is not a JSON object")
+
+// scan consumes chunk up to the end of the object or of the chunk: skip is
+// the whitespace before the object, n how much of chunk was consumed, done
+// whether the object ended there.
+func (s *frameScanner) scan(chunk []byte) (skip, n int, done bool, err error) {
+	i := 0
+	if !s.started {
+		for i < len(chunk) && isSpace(chunk[i]) {
+			i++
+		}
+		if i == len(chunk) {
+			return i, i, false, nil
+		}
+		if chunk[i] != '{' {
+			return 0, 0, false, errNotAnObject
+		}
+		s.started = true
+		skip = i
+	}
+	// quote is the next '"' at or after i in a string (len(chunk): none),
+	// found once and reused across the escapes before it: a string with
+	// many escapes is scanned once, not once per escape.
+	quote := -1
+	for i < len(chunk) {
+		if s.inString {
+			if s.escaped {
+				s.escaped = false
+				i++
+				continue
+			}
+			if quote < i {
+				if q := bytes.IndexByte(chunk[i:], '"'); q >= 0 {
+					quote = i + q
+				} else {
+					quote = len(chunk)
+				}
+			}
+			if e := bytes.IndexByte(chunk[i:quote], '\\'); e >= 0 {
+				// An escape: skip it and the character it escapes.
+				if i += e + 2; i > len(chunk) {
+					s.escaped, i = true, len(chunk)
+				}
+				continue
+			}
+			if quote == len(chunk) {
+				i = len(chunk) // the string goes on in the next chunk
+				continue
+			}
+			s.inString = false
+			i = quote + 1
+			continue
+		}
+		switch chunk[i] {
+		case '"':
+			s.inString = true
+		case '{', '[':
+			s.depth++
+		case '}', ']':
+			if s.depth--; s.depth == 0 {
+				return skip, i + 1, true, nil
+			}
+		}
+		i++
+	}
+	return skip, i, false, nil
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// eventParts returns a watch frame's type and object (a view into frame),
+// keys matched as json.Unmarshal matches them.
+func eventParts(frame []byte) (typ string, object []byte, err error) {
+	err = members(frame, func(key, value []byte) error {
+		switch {
+		case bytes.EqualFold(key, []byte("type")):
+			s, ok, err := stringValue(value)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("watch event type is not a string: %.64s", value)
+			}
+			typ = s
+		case bytes.EqualFold(key, []byte("object")):
+			object = value
+		}
+		return nil
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("watch stream: %w", err)
+	}
+	return typ, object, nil
+}
+
+// objectKey reads metadata.namespace, .name and .resourceVersion of an
+// object's JSON without decoding it, as json.Unmarshal would (keys matched
+// without regard to case, the last of duplicates winning). ok is false when it cannot tell
+// cheaply (escaped strings, a value that is not a string, no metadata):
+// the caller decodes the object then.
+func objectKey(raw []byte) (ns, name, rv string, ok bool) {
+	var meta []byte
+	if err := members(raw, func(key, value []byte) error {
+		if bytes.EqualFold(key, []byte("metadata")) {
+			meta = value
+		}
+		return nil
+	}); err != nil || len(meta) == 0 || meta[0] != '{' {
+		return "", "", "", false
+	}
+	ok = true
+	err := members(meta, func(key, value []byte) error {
+		var dst *string
+		switch {
+		case bytes.EqualFold(key, []byte("namespace")):
+			dst = &ns
+		case bytes.EqualFold(key, []byte("name")):
+			dst = &name
+		case bytes.EqualFold(key, []byte("resourceVersion")):
+			dst = &rv
+		default:
+			return nil
+		}
+		if len(value) < 2 || value[0] != '"' || bytes.IndexByte(value, '\\') >= 0 {
+			ok = false
+			return nil
+		}
+		*dst = string(value[1 : len(value)-1])
+		return nil
+	})
+	return ns, name, rv, ok && err == nil
+}
+
+// members calls fn with each member of the JSON object b (the key as
+// written, without quotes, and the value's bytes). Keys with escapes are
+// unquoted first.
+func members(b []byte, fn func(key, value []byte) error) error {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return errors.New("not a JSON object")
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return trailing(b, i+1)
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return errors.New("object key is not a string")
+		}
+		end, escaped, err := scanString(b, i)
+		if err != nil {
+			return err
+		}
+		key := b[i+1 : end-1]
+		if escaped {
+			var k string
+			if err := json.Unmarshal(b[i:end], &k); err != nil {
+				return err
+			}
+			key = []byte(k)
+		}
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return errors.New("missing ':' after an object key")
+		}
+		i = skipSpace(b, i+1)
+		vend, err := scanValue(b, i)
+		if err != nil {
+			return err
+		}
+		if err := fn(key, b[i:vend]); err != nil {
+			return err
+		}
+		i = skipSpace(b, vend)
+		if i >= len(b) {
+			return io.ErrUnexpectedEOF
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+		case '}':
+			return trailing(b, i+1)
+		default:
+			return fmt.Errorf("unexpected %q after an object member", b[i])
+		}
+	}
+}
+
+func trailing(b []byte, i int) error {
+	if skipSpace(b, i) != len(b) {
+		return errors.New("data after the object")
+	}
+	return nil
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+// scanString returns the end (after the closing quote) of the string at
+// b[i], and whether it has escapes.
+func scanString(b []byte, i int) (end int, escaped bool, err error) {
+	j := i + 1
+	for {
+		q := bytes.IndexByte(b[j:], '"')
+		if q < 0 {
+			return 0, false, io.ErrUnexpectedEOF
+		}
+		q += j
+		// The escapes before the quote; each backslash is looked at once.
+		for {
+			e := bytes.IndexByte(b[j:q], '\\')
+			if e < 0 {
+				return q + 1, escaped, nil
+			}
+			escaped = true
+			if j += e + 2; j > q {
+				break // the quote was escaped: find the next one
+			}
+		}
+	}
+}
+
+// scanValue returns the end of the JSON value at b[i]. Composite values
+// are scanned for nesting and strings only.
+func scanValue(b []byte, i int) (int, error) {
+	if i >= len(b) {
+		return 0, io.ErrUnexpectedEOF
+	}
+	switch c := b[i]; {
+	case c == '"':
+		end, _, err := scanString(b, i)
+		return end, err
+	case c == '{' || c == '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				end, _, err := scanString(b, j)
+				if err != nil {
+					return 0, err
+				}
+				j = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1, nil
+				}
+			}
+		}
+		return 0, io.ErrUnexpectedEOF
+	case c == 't' || c == 'f' || c == 'n':
+		for _, lit := range []string{"true", "false", "null"} {
+			if bytes.HasPrefix(b[i:], []byte(lit)) {
+				return i + len(lit), nil
+			}
+		}
+		return 0, fmt.Errorf("invalid literal at %.16q", b[i:])
+	case c == '-' || (c >= '0' && c <= '9'):
+		j := i + 1
+		for j < len(b) && (b[j] >= '0' && b[j] <= '9' || b[j] == '.' || b[j] == 'e' || b[j] == 'E' || b[j] == '+' || b[j] == '-') {
+			j++
+		}
+		return j, nil
+	}
+	return 0, fmt.Errorf("invalid value at %.16q", b[i:])
+}
+
+// stringValue unquotes a JSON string value; ok is false for another kind
+// of value.
+func stringValue(v []byte) (s string, ok bool, err error) {
+	if len(v) == 0 || v[0] != '"' {
+		return "", false, nil
+	}
+	if bytes.IndexByte(v, '\\') < 0 {
+		return string(v[1 : len(v)-1]), true, nil
+	}
+	err = json.Unmarshal(v, &s)
+	return s, err == nil, err
+}
