@@ -21,9 +21,10 @@ import (
 // TestDashboardsAndAlerts: with a workload writing and reading through the
 // tier, a shard loses every replica (the node is cordoned and the shard's
 // pods deleted, so they cannot come back): CachetierShardNoReadyReplica
-// fires, then resolves when the node takes pods again. Afterwards every
-// panel query of every shipped dashboard, with its variables set to the
-// values Prometheus has, returns series.
+// fires, then resolves when the node takes pods again. While it is
+// pending, every panel query of every shipped dashboard, with its
+// variables set to the values Prometheus has, returns series. Afterwards
+// the panels are drawn from the whole run.
 func TestDashboardsAndAlerts(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
@@ -42,12 +43,19 @@ func TestDashboardsAndAlerts(t *testing.T) {
 	}
 	w := startWorkload(t, e, p.Status.ServerURL)
 	e.checkRulesHealthy(t)
-
-	if !t.Run("shard alert", func(t *testing.T) { e.killShard(t, p.Status.Shards[0].Name, int(p.Spec.ReplicasPerShard)) }) {
-		t.Fatalf("workload: %s", w)
-	}
+	e.waitWorkloadScraped(t, 2*time.Minute)
 	t.Logf("workload so far: %s", w)
-	t.Run("dashboards", func(t *testing.T) { e.checkDashboards(t) })
+
+	// The dashboards are checked while the shard is down and its alert
+	// pending: the rates' 5 min windows hold the healthy run before the
+	// kill and the errors after it, and the alert's 2 min `for:` is spent
+	// anyway.
+	dashboards := func(t *testing.T) { t.Run("dashboards", e.checkDashboards) }
+	if !t.Run("shard alert", func(t *testing.T) {
+		e.killShard(t, p.Status.Shards[0].Name, int(p.Spec.ReplicasPerShard), dashboards)
+	}) {
+		t.Fatalf("the shard alert or the dashboards failed; workload: %s", w)
+	}
 	t.Run("render", func(t *testing.T) { e.renderDashboards(t, promStarted) })
 	e.checkRulesHealthy(t)
 	t.Logf("workload: %s", w)
@@ -74,9 +82,39 @@ func (e *env) checkRulesHealthy(t *testing.T) {
 	}
 }
 
+// waitWorkloadScraped waits until Prometheus has scraped the workload's
+// effect on the fronts twice (rates need two samples): LISTs served and
+// watch-lists that reached their initial-events-end bookmark, so the
+// panels have a healthy stretch before the shard is killed.
+func (e *env) waitWorkloadScraped(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	start := time.Now()
+	exprs := []string{
+		`sum(rate(cachetier_requests_total{verb="list"}[5m])) > 0`,
+		`sum(rate(cachetier_watch_list_initial_events_seconds_count[5m])) > 0`,
+	}
+	for _, expr := range exprs {
+		for {
+			s, err := e.prom.Query(context.Background(), expr)
+			if err == nil && len(s) > 0 {
+				break
+			}
+			if err := e.prom.Exited(); err != nil {
+				t.Fatal(err)
+			}
+			if time.Since(start) > timeout {
+				t.Fatalf("prometheus has no %s after %s (err %v)", expr, timeout, err)
+			}
+			time.Sleep(2 * time.Second)
+		}
+	}
+	t.Logf("prometheus saw the workload %s after it started", time.Since(start).Round(time.Second))
+}
+
 // killShard makes shard sts lose every replica for longer than the alert's
-// `for:` and checks the alert's whole life through /api/v1/alerts.
-func (e *env) killShard(t *testing.T, sts string, replicas int) {
+// `for:` and checks the alert's whole life through /api/v1/alerts; while
+// the alert is pending it calls whilePending.
+func (e *env) killShard(t *testing.T, sts string, replicas int, whilePending func(*testing.T)) {
 	ctx := context.Background()
 	kc := e.in.Client
 	node := func(unschedulable bool) {
@@ -107,6 +145,7 @@ func (e *env) killShard(t *testing.T, sts string, replicas int) {
 	}
 	pending := e.waitAlert(t, "pending", 3*time.Minute, match)
 	t.Logf("%s pending %s after the kill", alerts.ShardNoReadyReplica, time.Since(killed).Round(time.Second))
+	whilePending(t)
 	firing := e.waitAlert(t, "firing", 4*time.Minute, match)
 	t.Logf("%s firing %s after the kill (active since %s, pending seen at %s): labels %v, description %q",
 		alerts.ShardNoReadyReplica, time.Since(killed).Round(time.Second), firing.ActiveAt.Format(time.TimeOnly), pending.ActiveAt.Format(time.TimeOnly), firing.Labels, firing.Annotations["description"])

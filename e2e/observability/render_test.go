@@ -2,6 +2,7 @@ package observability
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,6 +59,11 @@ func (e *env) renderDashboards(t *testing.T, start time.Time) {
 					pp.Lines = append(pp.Lines, panelplot.Line{Label: dashboard.Legend(tg.LegendFormat, s.Metric), Times: s.Times, Values: s.Values})
 				}
 			}
+			if !drawable(pp) {
+				// Not an error: a quantile over a window without requests
+				// is NaN, but a person looking at the picture should know.
+				t.Logf("%s / %s: nothing to draw (no finite value in the run)", d.Title, p.Title)
+			}
 			panels = append(panels, pp)
 		}
 		b, err := panelplot.PNG(panels, start, 3, 5*vg.Inch, 3*vg.Inch)
@@ -70,4 +76,16 @@ func (e *env) renderDashboards(t *testing.T, start time.Time) {
 		}
 		t.Logf("%s: %d panels, %s to %s, step %s → %s (%d KiB)", d.Title, len(panels), start.Format(time.TimeOnly), end.Format(time.TimeOnly), step, path, len(b)/1024)
 	}
+}
+
+// drawable reports whether a panel has a finite value to draw.
+func drawable(p panelplot.Panel) bool {
+	for _, l := range p.Lines {
+		for _, v := range l.Values {
+			if !math.IsNaN(v) && !math.IsInf(v, 0) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -42,6 +42,18 @@ func (w *workload) String() string {
 		w.writes.Load(), w.reads.Load(), w.watchEvents.Load(), w.watchLists.Load(), w.errors.Load(), last)
 }
 
+// open opens a watch; a failure counts unless the workload is stopping.
+func (w *workload) open(ctx context.Context, open func() (watch.Interface, error)) watch.Interface {
+	wi, err := open()
+	if err != nil {
+		if ctx.Err() == nil {
+			w.fail(err)
+		}
+		return nil
+	}
+	return wi
+}
+
 func (w *workload) stop() { w.cancel(); w.wg.Wait() }
 
 func startWorkload(t *testing.T, e *env, serverURL string) *workload {
@@ -102,11 +114,10 @@ func startWorkload(t *testing.T, e *env, serverURL string) *workload {
 	}
 	// A long watch of every cached configmap, reopened when it ends.
 	loop(time.Second, func(int) {
-		wi, err := tierJSON.CoreV1().ConfigMaps("").Watch(ctx, metav1.ListOptions{AllowWatchBookmarks: true})
-		if err != nil {
-			if ctx.Err() == nil {
-				w.fail(err)
-			}
+		wi := w.open(ctx, func() (watch.Interface, error) {
+			return tierJSON.CoreV1().ConfigMaps("").Watch(ctx, metav1.ListOptions{AllowWatchBookmarks: true})
+		})
+		if wi == nil {
 			return
 		}
 		defer wi.Stop()
@@ -124,13 +135,12 @@ func startWorkload(t *testing.T, e *env, serverURL string) *workload {
 		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 		defer wcancel()
 		c := []kubernetes.Interface{tierJSON, tierProto}[i%2]
-		wi, err := c.CoreV1().ConfigMaps(namespaces[i%len(namespaces)]).Watch(wctx, metav1.ListOptions{
-			SendInitialEvents: ptr.To(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true,
+		wi := w.open(ctx, func() (watch.Interface, error) {
+			return c.CoreV1().ConfigMaps(namespaces[i%len(namespaces)]).Watch(wctx, metav1.ListOptions{
+				SendInitialEvents: ptr.To(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true,
+			})
 		})
-		if err != nil {
-			if ctx.Err() == nil {
-				w.fail(err)
-			}
+		if wi == nil {
 			return
 		}
 		defer wi.Stop()
