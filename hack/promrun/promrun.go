@@ -18,9 +18,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cachetier/cachetier/hack/controlplane"
 )
 
 // Binary is Debian's Prometheus; `make test-deps` installs the package
@@ -97,7 +98,7 @@ func (s *Server) waitReady(ctx context.Context, timeout time.Duration) error {
 	for {
 		select {
 		case <-s.exited:
-			return fmt.Errorf("prometheus exited: %v\n%s", s.waitErr, LogTail(s.LogPath, 20))
+			return fmt.Errorf("prometheus exited: %v\n%s", s.waitErr, controlplane.LogTail(s.LogPath, 20))
 		default:
 		}
 		if resp, err := s.client.Get(s.URL + "/-/ready"); err == nil {
@@ -108,7 +109,7 @@ func (s *Server) waitReady(ctx context.Context, timeout time.Duration) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("prometheus not ready after %s\n%s", timeout, LogTail(s.LogPath, 20))
+			return fmt.Errorf("prometheus not ready after %s\n%s", timeout, controlplane.LogTail(s.LogPath, 20))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -135,23 +136,10 @@ func (s *Server) Stop() error {
 func (s *Server) Exited() error {
 	select {
 	case <-s.exited:
-		return fmt.Errorf("prometheus exited: %v\n%s", s.waitErr, LogTail(s.LogPath, 20))
+		return fmt.Errorf("prometheus exited: %v\n%s", s.waitErr, controlplane.LogTail(s.LogPath, 20))
 	default:
 		return nil
 	}
-}
-
-// LogTail returns the last n lines of a log file.
-func LogTail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // apiResponse is the envelope of every /api/v1 answer.
