@@ -41,6 +41,12 @@ run: $(RUN_DEPS) ## Start a local control plane with sample data and the tier be
 test: controlplane node-deps test-deps image vet ## Everything CI runs: unit, fuzz seed corpora, integration tests against a real apiserver, promtool rule tests, end-to-end tests on a real node.
 	CACHETIER_IMAGES=$(BIN)/images go test $(GO_TEST_FLAGS) ./...
 
+.PHONY: dashboard-png
+dashboard-png: controlplane node-deps test-deps image ## Run e2e/observability (a real Prometheus scraping a fleet on a real node; root) and draw every dashboard's panels from that run into docs/*.png.
+	CACHETIER_IMAGES=$(BIN)/images CACHETIER_DASHBOARD_PNG_DIR=$(CURDIR)/bin/dashboards go test ./e2e/observability -run TestDashboardsAndAlerts -count=1 -v -timeout 30m
+	cp bin/dashboards/cachetier-dashboard.png docs/dashboard.png
+	cp bin/dashboards/cachetier-operator-dashboard.png docs/operator-dashboard.png
+
 BENCH_FLAGS ?=
 
 .PHONY: bench
@@ -62,8 +68,8 @@ node-deps: ## Install the Debian packages a local node needs (containerd, runc, 
 	hack/install-node-deps.sh
 
 .PHONY: test-deps
-test-deps: ## Install the Debian packages tests run (promtool from prometheus) when missing; as root it apt-get installs them.
-	hack/install-debian-deps.sh promtool=prometheus
+test-deps: ## Install the Debian packages tests run (prometheus and promtool, from prometheus) when missing; as root it apt-get installs them.
+	hack/install-debian-deps.sh promtool=prometheus /usr/bin/prometheus=prometheus
 
 .PHONY: controlplane
 controlplane: ## Build kube-apiserver, kubectl, etcd and the node's kubelet, kube-proxy, kube-scheduler, kube-controller-manager from the module proxy into bin/k8s/.

@@ -50,54 +50,28 @@ type env struct {
 	dir        string
 }
 
-// startCluster builds the images (cachetier, pause, CoreDNS) and starts a
-// node; the cluster is torn down when the test ends, and the teardown must
-// leave nothing behind.
+// startCluster starts a node with the images (cachetier, pause, CoreDNS);
+// the cluster is torn down when the test ends, and the teardown must leave
+// nothing behind.
 func startCluster(t *testing.T) *env {
 	t.Helper()
-	ctx := context.Background()
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &env{root: root, dir: t.TempDir()}
-	images := buildImages(t, filepath.Join(e.dir, "images"))
-	opts := nodeinstall.NodeOptions(images, testLog{t})
-	e.pause = opts.PauseImage
-	e.image, _ = imagebuild.Find(images, imagebuild.Cachetier)
-	start := time.Now()
-	c, err := cluster.Start(ctx, opts)
+	in, opts, err := nodeinstall.StartNode(context.Background(), root, e.dir, testLog{t})
 	if err != nil {
-		t.Fatalf("start node: %v", err)
-	}
-	t.Logf("node cluster up in %s", time.Since(start).Round(time.Second))
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Errorf("tear down the node: %v", err)
-		}
-		if left := c.Leftovers(context.Background()); len(left) > 0 {
-			t.Errorf("the node left behind:\n%s", strings.Join(left, "\n"))
-		}
-	})
-	e.c = c
-	if e.in, err = nodeinstall.New(c, e.root, e.dir, e.image); err != nil {
 		t.Fatal(err)
 	}
-	e.kc, e.admin, e.kubeconfig = e.in.Client, e.in.Admin, c.AdminKubeconfig
+	t.Cleanup(func() {
+		if err := in.Teardown(); err != nil {
+			t.Error(err)
+		}
+	})
+	e.in, e.c, e.image, e.pause = in, in.Cluster, in.Image, opts.PauseImage
+	e.kc, e.admin, e.kubeconfig = e.in.Client, e.in.Admin, e.c.AdminKubeconfig
 	return e
-}
-
-// buildImages returns the images `make image` built for `make test`, or
-// builds them into out.
-func buildImages(t *testing.T, out string) []imagebuild.Image {
-	t.Helper()
-	start := time.Now()
-	images, err := imagebuild.Prebuilt(context.Background(), out, testLog{t}, nodeinstall.ImageNames()...)
-	if err != nil {
-		t.Fatalf("images: %v", err)
-	}
-	t.Logf("images ready in %s", time.Since(start).Round(time.Second))
-	return images
 }
 
 type testLog struct{ t *testing.T }

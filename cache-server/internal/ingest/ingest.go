@@ -101,6 +101,7 @@ func Start(ctx context.Context, cfg Config) (*Result, error) {
 			Namespaces:    namespaceFilter(e, namespaces),
 			Owns:          cfg.Owns,
 		})
+		cfg.Metrics.InitResource(e.Resource.String())
 		go ing.Run(ctx)
 		res.Resources = append(res.Resources, Resource{Entry: e, Ingester: ing, Hub: hub})
 		cfg.Log.Info("caching resource", "resource", e.Resource.String(), "kind", e.Resource.Kind,

@@ -198,3 +198,28 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.ShardObjects, m.ShardBytes, m.ShardAppliedRV)
 	return m
 }
+
+// relistReasons are the reasons upstream ingestion relists with (startup,
+// an expired resourceVersion, a failed watch, a progress probe that found
+// the stream stuck); terminationReasons those a watch hub closes watchers
+// with.
+var (
+	relistReasons      = []string{"startup", "expired", "error", "progress"}
+	terminationReasons = []string{"slow", "shutdown"}
+)
+
+// InitResource exports zero for the counters of a cached resource whose
+// label values are known in advance (relists, watch-list fallbacks,
+// terminated watchers), as Prometheus' instrumentation guidelines ask: a
+// counter that has never been incremented would otherwise be absent, so a
+// dashboard shows "no data" instead of 0 and rate() has nothing to start
+// from when the first increment comes.
+func (m *Metrics) InitResource(resource string) {
+	for _, r := range relistReasons {
+		m.UpstreamRelists.WithLabelValues(resource, r)
+	}
+	m.UpstreamWatchListFallbacks.WithLabelValues(resource)
+	for _, r := range terminationReasons {
+		m.WatchersTerminated.WithLabelValues(resource, r)
+	}
+}

@@ -1,0 +1,298 @@
+package observability
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/cachetier/cachetier/hack/cluster"
+	"github.com/cachetier/cachetier/hack/dashboard"
+	"github.com/cachetier/cachetier/hack/promrun"
+	"github.com/cachetier/cachetier/internal/alerts"
+)
+
+// TestDashboardsAndAlerts: with a workload writing and reading through the
+// tier, a shard loses every replica (the node is cordoned and the shard's
+// pods deleted, so they cannot come back): CachetierShardNoReadyReplica
+// fires, then resolves when the node takes pods again. While it is
+// pending, every panel query of every shipped dashboard, with its
+// variables set to the values Prometheus has, returns series. Afterwards
+// the panels are drawn from the whole run.
+func TestDashboardsAndAlerts(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	p, err := e.in.Profile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every fleet pod and the manager.
+	want := int(p.Spec.Shards*p.Spec.ReplicasPerShard+p.Spec.FrontReplicas) + 1
+	start := time.Now()
+	promStarted := start
+	targets := e.waitTargets(t, want, 3*time.Minute)
+	t.Logf("%d targets up %s after Prometheus started", len(targets), time.Since(start).Round(time.Second))
+	for _, tg := range targets {
+		t.Logf("  %s %s", tg.Labels["job"], tg.ScrapeURL)
+	}
+	w := startWorkload(t, e, p.Status.ServerURL)
+	e.checkRulesHealthy(t)
+	e.waitWorkloadScraped(t, 2*time.Minute)
+	t.Logf("workload so far: %s", w)
+
+	// The dashboards are checked while the shard is down and its alert
+	// pending: the rates' 5 min windows hold the healthy run before the
+	// kill and the errors after it, and the alert's 2 min `for:` is spent
+	// anyway.
+	dashboards := func(t *testing.T) { t.Run("dashboards", e.checkDashboards) }
+	if !t.Run("shard alert", func(t *testing.T) {
+		e.killShard(t, p.Status.Shards[0].Name, int(p.Spec.ReplicasPerShard), dashboards)
+	}) {
+		t.Fatalf("the shard alert or the dashboards failed; workload: %s", w)
+	}
+	t.Run("render", func(t *testing.T) { e.renderDashboards(t, promStarted) })
+	e.checkRulesHealthy(t)
+	t.Logf("workload: %s", w)
+	if w.writes.Load() == 0 || w.reads.Load() == 0 || w.watchEvents.Load() == 0 || w.watchLists.Load() == 0 {
+		t.Fatalf("the workload did not run: %s", w)
+	}
+}
+
+// checkRulesHealthy: Prometheus loaded every shipped alerting rule and
+// evaluates each without error.
+func (e *env) checkRulesHealthy(t *testing.T) {
+	t.Helper()
+	rules, err := e.prom.Rules(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rules) != e.ruleCount {
+		t.Fatalf("prometheus loaded %d rules, the rule files hold %d", len(rules), e.ruleCount)
+	}
+	for _, r := range rules {
+		if r.Health == "err" || r.LastError != "" {
+			t.Errorf("rule %s (%s): health %s: %s", r.Name, filepath.Base(r.File), r.Health, r.LastError)
+		}
+	}
+}
+
+// waitWorkloadScraped waits until Prometheus has scraped the workload's
+// effect on the fronts twice (rates need two samples): LISTs served and
+// watch-lists that reached their initial-events-end bookmark, so the
+// panels have a healthy stretch before the shard is killed.
+func (e *env) waitWorkloadScraped(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	start := time.Now()
+	exprs := []string{
+		`sum(rate(cachetier_requests_total{verb="list"}[5m])) > 0`,
+		`sum(rate(cachetier_watch_list_initial_events_seconds_count[5m])) > 0`,
+	}
+	for _, expr := range exprs {
+		for {
+			s, err := e.prom.Query(context.Background(), expr)
+			if err == nil && len(s) > 0 {
+				break
+			}
+			if err := e.prom.Exited(); err != nil {
+				t.Fatal(err)
+			}
+			if time.Since(start) > timeout {
+				t.Fatalf("prometheus has no %s after %s (err %v)", expr, timeout, err)
+			}
+			time.Sleep(2 * time.Second)
+		}
+	}
+	t.Logf("prometheus saw the workload %s after it started", time.Since(start).Round(time.Second))
+}
+
+// killShard makes shard sts lose every replica for longer than the alert's
+// `for:` and checks the alert's whole life through /api/v1/alerts; while
+// the alert is pending it calls whilePending.
+func (e *env) killShard(t *testing.T, sts string, replicas int, whilePending func(*testing.T)) {
+	ctx := context.Background()
+	kc := e.in.Client
+	node := func(unschedulable bool) {
+		patch := fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, unschedulable)
+		if _, err := kc.CoreV1().Nodes().Patch(ctx, cluster.NodeName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Cordoned, the node keeps its pods but takes no new ones: the
+	// shard's deleted pods stay Pending.
+	node(true)
+	uncordoned := false
+	defer func() {
+		if !uncordoned {
+			node(false)
+		}
+	}()
+	killed := time.Now()
+	for i := 0; i < replicas; i++ {
+		name := fmt.Sprintf("%s-%d", sts, i)
+		if err := kc.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("delete %s: %v", name, err)
+		}
+	}
+	t.Logf("node cordoned, %d pods of shard %s deleted", replicas, sts)
+	match := func(a promrun.Alert) bool {
+		return a.Labels["alertname"] == alerts.ShardNoReadyReplica && a.Labels["shard"] == sts
+	}
+	pending := e.waitAlert(t, "pending", 3*time.Minute, match)
+	t.Logf("%s pending %s after the kill", alerts.ShardNoReadyReplica, time.Since(killed).Round(time.Second))
+	whilePending(t)
+	firing := e.waitAlert(t, "firing", 4*time.Minute, match)
+	t.Logf("%s firing %s after the kill (active since %s, pending seen at %s): labels %v, description %q",
+		alerts.ShardNoReadyReplica, time.Since(killed).Round(time.Second), firing.ActiveAt.Format(time.TimeOnly), pending.ActiveAt.Format(time.TimeOnly), firing.Labels, firing.Annotations["description"])
+	if firing.Labels["severity"] != "critical" || !strings.HasSuffix(firing.Annotations["runbook_url"], "#"+strings.ToLower(alerts.ShardNoReadyReplica)) {
+		t.Errorf("firing alert: labels %v annotations %v", firing.Labels, firing.Annotations)
+	}
+	// Only that shard: the other shard kept its replicas.
+	all, err := e.prom.Alerts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range all {
+		t.Logf("  alert %s %v", a.State, a.Labels)
+		if a.Labels["alertname"] == alerts.ShardNoReadyReplica && a.Labels["shard"] != sts {
+			t.Errorf("%s for shard %s, which was not touched", alerts.ShardNoReadyReplica, a.Labels["shard"])
+		}
+	}
+
+	node(false)
+	uncordoned = true
+	recovered := time.Now()
+	e.waitAlert(t, "", 4*time.Minute, match)
+	t.Logf("%s resolved %s after the node took pods again", alerts.ShardNoReadyReplica, time.Since(recovered).Round(time.Second))
+	// ALERTS has no series for it any more either.
+	s, err := e.prom.Query(ctx, fmt.Sprintf(`ALERTS{alertname=%q, shard=%q}`, alerts.ShardNoReadyReplica, sts))
+	if err != nil || len(s) != 0 {
+		t.Fatalf("ALERTS after resolving: %v %v", s, err)
+	}
+}
+
+// waitAlert polls /api/v1/alerts until an alert matching match is in
+// state, or, with state "", until none matches (resolved).
+func (e *env) waitAlert(t *testing.T, state string, timeout time.Duration, match func(promrun.Alert) bool) promrun.Alert {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		all, err := e.prom.Alerts(context.Background())
+		if err == nil {
+			found := false
+			for _, a := range all {
+				if match(a) {
+					found = true
+					if a.State == state {
+						return a
+					}
+				}
+			}
+			if state == "" && !found {
+				return promrun.Alert{}
+			}
+		}
+		if err := e.prom.Exited(); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alert not %q after %s (err %v): %v", state, timeout, err, all)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// checkDashboards evaluates every panel query of every dashboard in
+// config/grafana through /api/v1/query with the dashboard's variables set
+// to all the values their label_values query finds. A query is retried
+// for a minute: rates need two scrapes of a series.
+func (e *env) checkDashboards(t *testing.T) {
+	ctx := context.Background()
+	files, err := filepath.Glob(filepath.Join(e.root, "config", "grafana", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no dashboards: %v", err)
+	}
+	for _, f := range files {
+		d, err := dashboard.Load(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		values := e.variableValues(t, d)
+		type query struct{ panel, expr string }
+		var pending []query
+		for _, p := range d.Panels {
+			for _, tg := range p.Targets {
+				q, err := dashboard.Substitute(tg.Expr, values)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pending = append(pending, query{p.Title, q})
+			}
+		}
+		total := len(pending)
+		// Rates need two scrapes of a series that just appeared: the
+		// empty ones are asked again for a minute.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			var empty []query
+			for _, q := range pending {
+				s, err := e.prom.Query(ctx, q.expr)
+				if err != nil {
+					t.Errorf("%s / %s: %v", d.Title, q.panel, err)
+					continue
+				}
+				if len(s) == 0 {
+					empty = append(empty, q)
+					continue
+				}
+				t.Logf("%s / %s: %d series, e.g. %v = %g", d.Title, q.panel, len(s), s[0].Metric, s[0].Value)
+			}
+			pending = empty
+			if len(pending) == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Second)
+		}
+		if len(pending) > 0 {
+			var desc []string
+			for _, q := range pending {
+				desc = append(desc, fmt.Sprintf("%q: %s", q.panel, q.expr))
+			}
+			t.Errorf("%s: %d of %d panel queries returned no series:\n%s", d.Title, len(pending), total, strings.Join(desc, "\n"))
+		} else {
+			t.Logf("%s: all %d panel queries returned series", d.Title, total)
+		}
+	}
+}
+
+// variableValues sets each query variable of d to all the values its
+// label_values query finds in Prometheus, formatted as Grafana does for
+// "All" of a multi-value variable picked value by value; the data source
+// variable appears in no query.
+func (e *env) variableValues(t *testing.T, d *dashboard.Dashboard) map[string]string {
+	t.Helper()
+	values := map[string]string{}
+	for _, v := range d.Variables {
+		if v.Type != "query" {
+			values[v.Name] = ""
+			continue
+		}
+		sel, label, err := dashboard.LabelValuesQuery(v.Query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.prom.LabelValues(context.Background(), label, sel)
+		if err != nil || len(got) == 0 {
+			t.Fatalf("%s: variable %s (%s): %v %v", d.Title, v.Name, v.Query, got, err)
+		}
+		sort.Strings(got)
+		values[v.Name] = dashboard.RegexValue(got)
+		t.Logf("%s: $%s = %s", d.Title, v.Name, values[v.Name])
+	}
+	return values
+}
