@@ -9,7 +9,6 @@ import (
 
 	"github.com/cachetier/cachetier/hack/cluster"
 	"github.com/cachetier/cachetier/hack/controlplane"
-	"github.com/cachetier/cachetier/hack/imagebuild"
 	"github.com/cachetier/cachetier/hack/nodeinstall"
 )
 
@@ -29,26 +28,17 @@ func runNode(ctx context.Context, outDir string) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	images, err := imagebuild.Prebuilt(ctx, filepath.Join(work, "images"), os.Stdout, nodeinstall.ImageNames()...)
-	if err != nil {
-		return fmt.Errorf("images: %w", err)
-	}
-	image, _ := imagebuild.Find(images, imagebuild.Cachetier)
-	opts := nodeinstall.NodeOptions(images, os.Stdout)
-	c, err := cluster.Start(ctx, opts)
+	in, opts, err := nodeinstall.StartNode(ctx, root, work, os.Stdout)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		fmt.Println("tearing the node down")
-		if err := c.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stop:", err)
+		if err := in.Teardown(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 		}
 	}()
-	in, err := nodeinstall.New(c, root, work, image)
-	if err != nil {
-		return err
-	}
+	c, image := in.Cluster, in.Image
 	took, err := in.InstallOperator(ctx, 3*time.Minute)
 	if err != nil {
 		return err
@@ -100,22 +90,16 @@ Try (the same commands work with the apiserver kubeconfig, for comparison):
 Press Ctrl-C to stop; the node is torn down and nothing is left behind.
 `, c.Addresses.NetNS, p.Name, image.Ref, c.URL, c.Addresses.PodCIDR, c.Addresses.ServiceCIDR, p.Status.ServerURL, c.Dir,
 		kubeconfig, tierKubeconfig, k(kubeconfig), nodeinstall.OperatorNamespace, k(tierKubeconfig), ns[0], cluster.NodeName)
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-exited(c):
-		return c.Exited()
-	}
-}
-
-// exited is closed when a node component exits.
-func exited(c *cluster.Cluster) <-chan struct{} {
-	ch := make(chan struct{})
-	go func() {
-		for c.Exited() == nil {
-			time.Sleep(time.Second)
+	// Polled here, not in a goroutine of its own: the deferred teardown
+	// changes the node's process list, which Exited reads.
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
 		}
-		close(ch)
-	}()
-	return ch
+		if err := c.Exited(); err != nil {
+			return err
+		}
+	}
 }
