@@ -41,10 +41,12 @@ func (c *Cluster) Stop() error {
 			}
 			errs = append(errs, c.StopProcess(procKubelet), c.StopProcess(procContainerd))
 		}
-		errs = append(errs, killProcessesUsing(c.Layout.Dir), unmountUnder(c.Layout.Dir))
 		if c.ControlPlane != nil {
+			// Before the sweep below: etcd and kube-apiserver run from a
+			// directory under the node's, and would be killed, not stopped.
 			errs = append(errs, c.ControlPlane.Stop())
 		}
+		errs = append(errs, killProcessesUsing(c.Layout.Dir), unmountUnder(c.Layout.Dir))
 		errs = append(errs, teardownNetwork(ctx, c.Addresses))
 		if c.Layout.Dir != "" {
 			errs = append(errs, os.RemoveAll(c.Layout.Dir))
@@ -75,7 +77,9 @@ func (c *Cluster) deleteAllPods(ctx context.Context) error {
 			_ = cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 		}
 	}
-	return waitFor(ctx, "every pod stopped by the kubelet", time.Minute, nil,
+	// c.Exited: a kubelet (or apiserver) that died stops no pod; say so
+	// at once rather than after the minute.
+	return waitFor(ctx, "every pod stopped by the kubelet", time.Minute, c.Exited,
 		func(ctx context.Context) (string, bool) {
 			pods, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 			if err != nil {
