@@ -312,6 +312,7 @@ func (e *env) faults(t *testing.T, tier string) {
 	t.Run("delete a shard pod", func(t *testing.T) {
 		shard := profileName + "-shard-0"
 		degraded := e.watchDegraded(shard)
+		defer degraded.stop()
 		start := time.Now()
 		if err := e.kc.CoreV1().Pods(operatorNamespace).Delete(ctx, shard+"-0", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -321,7 +322,6 @@ func (e *env) faults(t *testing.T, tier string) {
 			return d, ok && degraded.seen() != "" && allShardsReady(p)
 		})
 		t.Logf("Degraded while the pod was replaced: %q; Available again after %s", degraded.seen(), time.Since(start).Round(100*time.Millisecond))
-		degraded.stop()
 	})
 	t.Run("delete a front pod", func(t *testing.T) {
 		pods, err := e.kc.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=front"})
