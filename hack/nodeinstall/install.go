@@ -9,12 +9,10 @@
 package nodeinstall
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -126,7 +124,7 @@ func (in *Installer) InstallOperator(ctx context.Context, timeout time.Duration)
 		return 0, err
 	}
 	start := time.Now()
-	if _, err := in.Kubectl(ctx, "apply", "-k", overlay); err != nil {
+	if _, err := in.Cluster.RunKubectl(ctx, in.Cluster.AdminKubeconfig, "apply", "--request-timeout=1m", "-k", overlay); err != nil {
 		return 0, err
 	}
 	if err := in.Cluster.WaitPodsReady(ctx, OperatorNamespace, ManagerSelector, 1, timeout); err != nil {
@@ -141,7 +139,7 @@ func (in *Installer) InstallOperator(ctx context.Context, timeout time.Duration)
 // that took from the apply.
 func (in *Installer) ApplySample(ctx context.Context, timeout time.Duration) (*cachev1alpha1.CacheProfile, time.Duration, error) {
 	start := time.Now()
-	if _, err := in.Kubectl(ctx, "apply", "-k", filepath.Join(in.Root, "config", "samples")); err != nil {
+	if _, err := in.Cluster.RunKubectl(ctx, in.Cluster.AdminKubeconfig, "apply", "--request-timeout=1m", "-k", filepath.Join(in.Root, "config", "samples")); err != nil {
 		return nil, 0, err
 	}
 	p, err := in.WaitProfile(ctx, "Available", timeout, Settled)
@@ -149,18 +147,4 @@ func (in *Installer) ApplySample(ctx context.Context, timeout time.Duration) (*c
 		return nil, 0, err
 	}
 	return p, time.Since(start), nil
-}
-
-// Kubectl runs the cluster's kubectl as admin and returns its stdout; an
-// error carries stderr.
-func (in *Installer) Kubectl(ctx context.Context, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, in.Cluster.Kubectl(), append([]string{"--kubeconfig=" + in.Cluster.AdminKubeconfig}, args...)...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
-	}
-	return out.String(), nil
 }
