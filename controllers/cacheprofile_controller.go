@@ -206,7 +206,7 @@ func (r *CacheProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if len(obs.SurplusShards) > 0 && r.shardsSettled(&p, obs) {
+	if len(obs.SurplusShards) > 0 && shardsSettled(desired, obs) {
 		for _, name := range obs.SurplusShards {
 			if err := r.deleteSurplusShard(ctx, name); err != nil {
 				applyErrs = append(applyErrs, fmt.Sprintf("removing surplus shard %s: %v", name, err))
@@ -377,15 +377,28 @@ func (r *CacheProfileReconciler) observe(ctx context.Context, p *cachev1alpha1.C
 // surplus shard any more. (Without the second half the first real-node run
 // removed the surplus shard while old fronts still dialled it: reads
 // answered "shard fleet-shard-2 is unreachable" until they were replaced.)
-func (r *CacheProfileReconciler) shardsSettled(p *cachev1alpha1.CacheProfile, obs Observed) bool {
-	for _, a := range AssignHashShards(WithDefaults(p)) {
-		s := obs.Shards[a.Name]
-		if s == nil || statefulSetRollingOut(s) || s.Status.ReadyReplicas < *s.Spec.Replicas {
+//
+// "The current spec" is the desired pod template's config hash, not only
+// a finished rollout: obs comes from the informer cache, which right after
+// this reconcile's apply may still hold the previous Deployment, settled
+// on the previous topology.
+func shardsSettled(d *Desired, obs Observed) bool {
+	for _, want := range d.Shards {
+		s := obs.Shards[want.Name]
+		if s == nil || !sameConfig(&want.Spec.Template, &s.Spec.Template) ||
+			statefulSetRollingOut(s) || s.Status.ReadyReplicas < *s.Spec.Replicas {
 			return false
 		}
 	}
 	f := obs.Front
-	return f != nil && !deploymentRollingOut(f) && f.Status.AvailableReplicas >= *f.Spec.Replicas
+	return f != nil && sameConfig(&d.Front.Spec.Template, &f.Spec.Template) &&
+		!deploymentRollingOut(f) && f.Status.AvailableReplicas >= *f.Spec.Replicas
+}
+
+// sameConfig: the observed pod template carries the desired rendered
+// configuration (AnnotationConfigHash).
+func sameConfig(want, got *corev1.PodTemplateSpec) bool {
+	return got.Annotations[AnnotationConfigHash] == want.Annotations[AnnotationConfigHash]
 }
 
 func (r *CacheProfileReconciler) deleteSurplusShard(ctx context.Context, name string) error {
