@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"crypto/rand"
 	"flag"
 	"fmt"
@@ -62,7 +63,10 @@ func run(metricsAddr string, secureMetrics bool, probeAddr string, leaderElect b
 		apiServerURL = cfg.Host
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if image, err = cacheServerImage(ctx, cfg, image, namespace, podNameFromEnv()); err != nil {
+	// The manager's own pod is in POD_NAMESPACE, which --workload-namespace
+	// may differ from.
+	podNamespace := cmp.Or(os.Getenv("POD_NAMESPACE"), namespace)
+	if image, err = cacheServerImage(ctx, cfg, image, podNamespace, podNameFromEnv()); err != nil {
 		return err
 	}
 	ctrl.Log.Info("fleets run this cache-server image unless a profile sets spec.image", "image", image)
