@@ -150,6 +150,11 @@ func (r *CacheProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	logger := log.FromContext(ctx)
 	var p cachev1alpha1.CacheProfile
 	if err := r.Client.Get(ctx, req.NamespacedName, &p); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Gone without our finalizer running here (removed by hand):
+			// its series would otherwise go on feeding the alerts.
+			r.Metrics.Forget(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !p.DeletionTimestamp.IsZero() {

@@ -1,12 +1,17 @@
 package controllers
 
 import (
+	"context"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	cachev1alpha1 "github.com/cachetier/cachetier/api/v1alpha1"
 )
@@ -47,4 +52,25 @@ cachetier_profile_shard_ready_replicas{profile="other",shard="other-shard-0"} 1
 	var none *ProfileMetrics
 	none.Observe("fleet", st) // a reconciler without metrics
 	none.Forget("fleet")
+}
+
+// TestReconcileOfAGoneProfileForgetsItsSeries: a profile deleted without
+// this operator's finalizer running (stripped by hand, or finalized by a
+// previous leader) must not go on exporting its last shard readiness and
+// conditions, which the alerts read.
+func TestReconcileOfAGoneProfileForgetsItsSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewProfileMetrics(reg)
+	m.Observe("gone", &cachev1alpha1.CacheProfileStatus{Shards: []cachev1alpha1.ShardStatus{{Name: "gone-shard-0", ReadyReplicas: 0}}})
+	scheme := runtime.NewScheme()
+	if err := AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	r := &CacheProfileReconciler{Client: fake.NewClientBuilder().WithScheme(scheme).Build(), Scheme: scheme, Metrics: m}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Name: "gone"}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(reg); n != 0 {
+		t.Fatalf("%d series left for a profile that no longer exists", n)
+	}
 }
