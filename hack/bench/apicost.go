@@ -268,7 +268,7 @@ func apiserverCPU(pid, n int, settle time.Duration, read func() error) (perCall,
 		return time.Since(start), err
 	}, n)
 	time.Sleep(settle)
-	idle, _ := idleCPU(pid, expected)
+	idlePerSecond := idleCPU(pid, expected)
 	c0 := cpuTicks(pid)
 	start := time.Now()
 	for range n {
@@ -280,7 +280,7 @@ func apiserverCPU(pid, n int, settle time.Duration, read func() error) (perCall,
 	}
 	elapsed := time.Since(start).Seconds()
 	used := ticksMs(cpuTicks(pid) - c0)
-	idleMs := idle.perSecond * elapsed
+	idleMs := idlePerSecond * elapsed
 	return (used - idleMs) / float64(n), idleMs / float64(n), lat, nil
 }
 

@@ -100,32 +100,14 @@ func runProbeCost(ctx context.Context, o options, po probeCostOptions) error {
 		}
 		time.Sleep(2 * time.Second)
 		for _, c := range cands {
-			send := func() (time.Duration, error) { return probeOnce(client, env.admin.Host+c.path+"?"+c.query) }
-			if _, err := send(); err != nil { // warm-up, and the request works
+			cpuMs, idleMs, lat, err := apiserverCPU(env.apiPID, po.requests, 0, func() error {
+				_, err := probeOnce(client, env.admin.Host+c.path+"?"+c.query)
+				return err
+			})
+			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
-			idle, err := idleCPU(env.apiPID, estimateDuration(send, po.requests))
-			if err != nil {
-				return err
-			}
-			var lat []float64
-			cpu0 := cpuTicks(env.apiPID)
-			start := time.Now()
-			for range po.requests {
-				d, err := send()
-				if err != nil {
-					return fmt.Errorf("%s: %w", c.name, err)
-				}
-				lat = append(lat, ms(d))
-			}
-			elapsed := time.Since(start)
-			used := ticksMs(cpuTicks(env.apiPID) - cpu0)
-			idleScaled := idle.perSecond * elapsed.Seconds()
-			results[n] = append(results[n], result{
-				cpuMs:  (used - idleScaled) / float64(po.requests),
-				idleMs: idleScaled / float64(po.requests),
-				p50:    pct(lat, 50),
-			})
+			results[n] = append(results[n], result{cpuMs: cpuMs, idleMs: idleMs, p50: pct(lat, 50)})
 		}
 	}
 	fmt.Printf("apiserver CPU per RV fetch (ms, idle subtracted) and latency; %d sequential requests each, ConfigMaps of %d B; load average %s\n", po.requests, po.objSize, loadAvg())
@@ -200,17 +182,15 @@ func estimateDuration(send func() (time.Duration, error), n int) time.Duration {
 	return time.Since(start) * time.Duration(n) / probes
 }
 
-// idleRate is a process's CPU use while the bench sends nothing.
-type idleRate struct{ perSecond float64 } // ms of CPU per second
-
-// idleCPU measures pid's CPU over d (at least 5 s, so a 10 ms clock tick
-// is a small part of it) while the bench is idle.
-func idleCPU(pid int, d time.Duration) (idleRate, error) {
+// idleCPU is pid's CPU use in ms per second, measured over d (at least
+// 5 s, so a 10 ms clock tick is a small part of it) while the bench is
+// idle.
+func idleCPU(pid int, d time.Duration) float64 {
 	d = max(d, 5*time.Second)
 	c0 := cpuTicks(pid)
 	start := time.Now()
 	time.Sleep(d)
-	return idleRate{perSecond: ticksMs(cpuTicks(pid)-c0) / time.Since(start).Seconds()}, nil
+	return ticksMs(cpuTicks(pid)-c0) / time.Since(start).Seconds()
 }
 
 func ticksMs(t uint64) float64 { return float64(t) * 1000 / clkTck }
