@@ -146,7 +146,7 @@ func probeOnce(c *http.Client, u string) (time.Duration, error) {
 		_, err = io.Copy(io.Discard, resp.Body)
 		return time.Since(start), err
 	}
-	if err := readToInitialEventsEnd(resp.Body); err != nil {
+	if err := readToInitialEventsEnd(bufio.NewReaderSize(resp.Body, 16<<10)); err != nil {
 		return 0, err
 	}
 	return time.Since(start), nil
@@ -154,8 +154,7 @@ func probeOnce(c *http.Client, u string) (time.Duration, error) {
 
 // readToInitialEventsEnd reads watch events until the bookmark that ends a
 // watch-list's initial events.
-func readToInitialEventsEnd(r io.Reader) error {
-	br := bufio.NewReaderSize(r, 16<<10)
+func readToInitialEventsEnd(br *bufio.Reader) error {
 	for {
 		head, err := readEventHead(br, 512)
 		if err != nil {

@@ -607,19 +607,9 @@ func rawWatchListSync(ctx context.Context, client *http.Client, url string) erro
 		return fmt.Errorf("%s: %d %s", url, resp.StatusCode, b)
 	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
-	for {
-		head, err := readEventHead(br, 512)
-		if err != nil {
-			resp.Body.Close()
-			return fmt.Errorf("before the initial-events-end bookmark: %w", err)
-		}
-		if bytes.Contains(head, []byte(`"ERROR"`)) {
-			resp.Body.Close()
-			return fmt.Errorf("ERROR event: %s", head)
-		}
-		if bytes.Contains(head, []byte(`"BOOKMARK"`)) && bytes.Contains(head, []byte(metav1.InitialEventsAnnotationKey)) {
-			break
-		}
+	if err := readToInitialEventsEnd(br); err != nil {
+		resp.Body.Close()
+		return err
 	}
 	go func() {
 		defer resp.Body.Close()
