@@ -14,7 +14,8 @@ import (
 	"syscall"
 )
 
-// version goes into the image tag next to the content digest.
+// version is what -v prints; the image tag is dev-<content digest>
+// (hack/imagebuild), so a changed binary is a new tag on its own.
 const version = "1"
 
 func main() {
