@@ -17,7 +17,6 @@ import (
 // a pod's 127.0.0.0/8 is the pod's own loopback: pods can reach neither a
 // loopback ClusterIP nor an apiserver bound to the host's 127.0.0.1.
 type Addresses struct {
-	Slot int
 	// NetNS is the name of the node's network namespace (ip netns).
 	NetNS string
 	// HostVeth/NodeVeth are the two ends of the veth pair between the host
@@ -54,7 +53,6 @@ func PlanAddresses(slot int) (Addresses, error) {
 		return &net.IPNet{IP: ip(c, 0), Mask: net.CIDRMask(ones, 32)}
 	}
 	return Addresses{
-		Slot:               slot,
 		NetNS:              fmt.Sprintf("cachetier-node-%d", slot),
 		HostVeth:           fmt.Sprintf("ct%d-host", slot),
 		NodeVeth:           fmt.Sprintf("ct%d-node", slot),

@@ -64,8 +64,6 @@ type Options struct {
 	// other address makes the apiserver listen on all addresses of its
 	// namespace, port 6443 unless SecurePort says otherwise.
 	AdvertiseAddress net.IP
-	// ExtraServingIPs are added to the apiserver's serving certificate.
-	ExtraServingIPs []net.IP
 	// ForNode configures the apiserver for a kubelet and the controllers
 	// of a real cluster: the Node authorizer and NodeRestriction, the
 	// ServiceAccount admission plugin (kube-controller-manager creates the
@@ -156,7 +154,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	}
 	cp.URL = "https://" + net.JoinHostPort(advertise.String(), strconv.Itoa(port))
 
-	if cp.PKI, err = cp.writePKI(advertise, opts.ExtraServingIPs); err != nil {
+	if cp.PKI, err = cp.writePKI(advertise); err != nil {
 		return cp, fmt.Errorf("generate PKI: %w", err)
 	}
 	etcdURL, err := cp.startEtcd()
@@ -188,7 +186,7 @@ type PKIFiles struct {
 	KubeletClientCert, KubeletClientKey string
 }
 
-func (cp *ControlPlane) writePKI(advertise net.IP, extraIPs []net.IP) (PKIFiles, error) {
+func (cp *ControlPlane) writePKI(advertise net.IP) (PKIFiles, error) {
 	pkiDir := filepath.Join(cp.Dir, "pki")
 	f := PKIFiles{Dir: pkiDir}
 	if err := os.MkdirAll(pkiDir, 0o700); err != nil {
@@ -224,7 +222,7 @@ func (cp *ControlPlane) writePKI(advertise net.IP, extraIPs []net.IP) (PKIFiles,
 	}
 	serving, err := cp.ClusterCA.IssueServing("kube-apiserver",
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		append(ips, extraIPs...))
+		ips)
 	if err != nil {
 		return f, err
 	}
