@@ -50,8 +50,17 @@ type Options struct {
 	PathPrefix string
 	// Version is what /version reports: the upstream apiserver's.
 	Version *version.Info
+	// OpenAPI serves /openapi/v2, /openapi/v3 and /openapi/v3/<gv>
+	// (package openapi); nil answers 404.
+	OpenAPI OpenAPI
 	Metrics *metrics.Metrics
 	Log     logr.Logger
+}
+
+// OpenAPI serves the OpenAPI documents below /openapi/. prefix is the
+// aggregated path prefix the request came under, "" at the root.
+type OpenAPI interface {
+	ServeOpenAPI(w http.ResponseWriter, r *http.Request, path, prefix string)
 }
 
 // Server is the read API handler.
@@ -103,8 +112,9 @@ func New(opts Options) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	path := r.URL.Path
+	prefix := ""
 	if p := s.opts.PathPrefix; p != "" && strings.HasPrefix(path, p) && (len(path) == len(p) || path[len(p)] == '/') {
-		path = path[len(p):]
+		path, prefix = path[len(p):], p
 		if path == "" || path == "/" {
 			// The aggregator's own discovery of our group/version: the
 			// profile's API group has no resources of its own, everything is
@@ -115,6 +125,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			})
 			return
 		}
+	}
+	if strings.HasPrefix(path, "/openapi/") && s.opts.OpenAPI != nil {
+		s.opts.OpenAPI.ServeOpenAPI(w, r, path, prefix)
+		return
 	}
 	switch path {
 	case "/version":
