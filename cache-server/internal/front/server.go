@@ -61,6 +61,10 @@ type Options struct {
 // aggregated path prefix the request came under, "" at the root.
 type OpenAPI interface {
 	ServeOpenAPI(w http.ResponseWriter, r *http.Request, path, prefix string)
+	// Ready is nil once the documents are loaded: the aggregator fetches
+	// them as soon as the APIService is registered, and backs off for a
+	// minute or more after a failure.
+	Ready() error
 }
 
 // Server is the read API handler.
@@ -190,6 +194,12 @@ func (s *Server) serveReady(w http.ResponseWriter) {
 		case <-r.Source.Synced():
 		default:
 			http.Error(w, "cache for "+r.label+" is not synced yet", http.StatusServiceUnavailable)
+			return
+		}
+	}
+	if s.opts.OpenAPI != nil {
+		if err := s.opts.OpenAPI.Ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 	}

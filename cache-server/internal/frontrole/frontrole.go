@@ -110,7 +110,7 @@ func Run(ctx context.Context, cfg Config) error {
 					return fmt.Errorf("the fleet's streams for %s have not started yet", entries[i].Resource.String())
 				}
 			}
-			return nil
+			return docs.Ready()
 		})
 	}
 	return serving.Run(ctx, serving.Config{

@@ -18,6 +18,7 @@ package openapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -100,6 +101,14 @@ func (k *Keeper) Run(ctx context.Context) {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// Ready is nil once the documents were loaded.
+func (k *Keeper) Ready() error {
+	if k.snap.Load() == nil {
+		return errors.New("the OpenAPI documents are not loaded from the apiserver yet")
+	}
+	return nil
 }
 
 // Refresh polls the upstream once and swaps in what changed. On error the
