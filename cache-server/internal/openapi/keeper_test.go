@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -448,4 +449,77 @@ func TestAggregatorGetsOnlyTheGroup(t *testing.T) {
 	if d := discoveryOf(t, readAll(t, tk.served(http.MethodGet, prefix+"/openapi/v3", "", prefix, aggregatorUser))); d["api/v1"] == "" {
 		t.Errorf("below the prefix the aggregator got %v", d)
 	}
+}
+
+// byteCounter counts the body bytes of every upstream response.
+type byteCounter struct{ n atomic.Int64 }
+
+func (c *byteCounter) Read(rc io.ReadCloser) io.ReadCloser {
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.TeeReader(rc, writerFunc(func(p []byte) (int, error) { c.n.Add(int64(len(p))); return len(p), nil })), rc}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func benchKeeper(b *testing.B) (*Keeper, *atomic.Int64, *byteCounter) {
+	var requests atomic.Int64
+	bytesIn := &byteCounter{}
+	cfg := countingConfig(&requests)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(r)
+			if err == nil {
+				resp.Body = bytesIn.Read(resp.Body)
+			}
+			return resp, err
+		})
+	})
+	k, err := New(Options{Upstream: cfg, Served: []schema.GroupVersion{coreV1, widgets}, Group: "p.cache.cachetier.io", Version: "v1alpha1", Log: logr.Discard()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return k, &requests, bytesIn
+}
+
+// BenchmarkRefreshUnchanged is the steady-state cost of one poll: what the
+// tier pays (and asks of the apiserver) every interval.
+func BenchmarkRefreshUnchanged(b *testing.B) {
+	k, requests, bytesIn := benchKeeper(b)
+	if err := k.Refresh(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	r0, b0 := requests.Load(), bytesIn.n.Load()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := k.Refresh(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(requests.Load()-r0)/float64(b.N), "requests/op")
+	b.ReportMetric(float64(bytesIn.n.Load()-b0)/float64(b.N), "bodyBytes/op")
+}
+
+// BenchmarkLoad is a full load (start-up, or every document changed).
+func BenchmarkLoad(b *testing.B) {
+	var held int
+	var requests, bodies int64
+	for i := 0; i < b.N; i++ {
+		k, r, bytesIn := benchKeeper(b)
+		if err := k.Refresh(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		requests, bodies = r.Load(), bytesIn.n.Load()
+		s := k.snap.Load()
+		held = len(s.v2.json) + len(s.v2.proto) + len(s.groupV2.json) + len(s.groupV2.proto) + len(s.groupV3.json) + len(s.groupV3.proto)
+		for _, d := range s.v3 {
+			held += len(d.json) + len(d.proto)
+		}
+	}
+	b.ReportMetric(float64(requests), "requests/op")
+	b.ReportMetric(float64(bodies), "bodyBytes/op")
+	b.ReportMetric(float64(held), "heldBytes")
 }
