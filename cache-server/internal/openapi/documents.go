@@ -34,10 +34,9 @@ type snapshot struct {
 	v3          map[string]document // by v3 discovery path, e.g. "api/v1"
 	v3Discovery []byte
 	// The aggregator's face: the profile's own API group (groupDocuments).
-	groupPath                 string // "apis/<group>/<version>"
-	groupV2, groupV3          document
-	groupV3Discovery          []byte
-	refreshed, lastV2, lastV3 time.Time
+	groupPath        string // "apis/<group>/<version>"
+	groupV2, groupV3 document
+	groupV3Discovery []byte
 }
 
 // servedPaths are the v3 discovery paths of the endpoints the tier itself

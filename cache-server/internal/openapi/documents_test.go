@@ -2,12 +2,14 @@ package openapi
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 )
 
 func TestServedPaths(t *testing.T) {
@@ -116,5 +118,27 @@ func TestSchemaClosure(t *testing.T) {
 	schemas["c"] = json.RawMessage(`{"$ref":"#/definitions/missing"}`)
 	if _, err := schemaClosure(schemas, "a"); err == nil || !strings.Contains(err.Error(), "no schema missing") {
 		t.Fatalf("missing schema: %v", err)
+	}
+}
+
+// TestNotLoadedYet: before the first poll succeeds the documents answer
+// 503 (the apiserver's answer while it has none) and Ready says why.
+func TestNotLoadedYet(t *testing.T) {
+	k, err := New(Options{Upstream: &rest.Config{Host: "https://127.0.0.1:1"}, Group: "p.cache.cachetier.io", Version: "v1alpha1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Ready(); err == nil || !strings.Contains(err.Error(), "not loaded") {
+		t.Fatalf("Ready: %v", err)
+	}
+	for _, p := range []string{"/openapi/v2", "/openapi/v3", "/openapi/v3/api/v1"} {
+		w := httptest.NewRecorder()
+		k.ServeOpenAPI(w, httptest.NewRequest("GET", p, nil), p, "")
+		if w.Code != http.StatusServiceUnavailable {
+			t.Errorf("%s: %d, want 503", p, w.Code)
+		}
+	}
+	if _, err := New(Options{Upstream: &rest.Config{Host: "https://127.0.0.1:1"}}); err == nil {
+		t.Error("New without the aggregated group: no error")
 	}
 }

@@ -148,7 +148,6 @@ func (k *Keeper) refresh(ctx context.Context) (changed []string, err error) {
 		old = &snapshot{}
 	}
 	next := *old
-	next.refreshed = k.now()
 
 	disc, err := k.up.get(ctx, "/openapi/v3", mediaJSON, "")
 	if err != nil {
