@@ -102,6 +102,15 @@ func createCRD(t *testing.T, name string, props ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The apiserver publishes the group-version's OpenAPI shortly after
+	// the CRD is established.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, body := upstreamGet(t, "/openapi/v3", mediaJSON)
+		return discoveryOf(t, body)["apis/"+testGroup+"/v1"] != "", nil
+	})
+	if err != nil {
+		t.Fatalf("the apiserver never listed apis/%s/v1 in /openapi/v3: %v", testGroup, err)
+	}
 }
 
 // countingConfig is admin with every request counted.
