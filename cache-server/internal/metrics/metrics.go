@@ -201,7 +201,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	m.OpenAPILastSuccess = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "cachetier_openapi_last_success_timestamp_seconds",
-		Help: "When the OpenAPI documents were last polled successfully, in Unix seconds (0: never; kubectl explain through the tier answers 503 until then).",
+		Help: "When the OpenAPI documents were last polled successfully, in Unix seconds (0: never; shards never poll; a front answers /openapi/* with 503 until its first success).",
 	})
 	reg.MustRegister(m.OpenAPIRefreshes, m.OpenAPILastSuccess)
 	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit)
