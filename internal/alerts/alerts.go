@@ -44,6 +44,7 @@ const (
 	MemoryNearLimit         = "CachetierMemoryNearLimit"
 	UpstreamAuthErrors      = "CachetierUpstreamAuthErrors"
 	CertificateExpiringSoon = "CachetierCertificateExpiringSoon"
+	OpenAPIStale            = "CachetierOpenAPIStale"
 	ShardNoReadyReplica     = "CachetierShardNoReadyReplica"
 	ProfileDegraded         = "CachetierProfileDegraded"
 	OperatorReconcileErrors = "CachetierOperatorReconcileErrors"
@@ -131,6 +132,16 @@ func FleetRules(s FleetScope) []Group {
 			Labels: map[string]string{"severity": "warning"},
 			Annotations: annotations(CertificateExpiringSoon, "A cache-server's serving certificate expires soon.",
 				"{{ $labels.pod }} serves a certificate that expires in {{ $value | humanizeDuration }}; the operator should have renewed it 30 days before expiry."),
+		},
+		{
+			Alert: OpenAPIStale,
+			// Fronts poll every 10 s; shards never poll (their gauge
+			// stays 0, filtered out). 15 minutes without a success is
+			// ninety failed polls in a row.
+			Expr:   fmt.Sprintf(`time() - max by (namespace, job, pod) (cachetier_openapi_last_success_timestamp_seconds{%s} > 0) > 900`, m),
+			Labels: map[string]string{"severity": "warning"},
+			Annotations: annotations(OpenAPIStale, "A cache-server cannot refresh the apiserver's OpenAPI documents.",
+				"{{ $labels.pod }} has not read the apiserver's OpenAPI documents for {{ $value | humanizeDuration }}; kubectl explain through it misses CRD changes since then."),
 		},
 	}
 	return []Group{{Name: "cachetier-fleet-" + s.Profile, Rules: rules}}

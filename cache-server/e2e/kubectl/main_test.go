@@ -75,6 +75,10 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "kubectl e2e setup:", err)
 		return 1
 	}
+	if openAPIBefore, err = readClusterOpenAPI(ctx, env.Admin, env.CP.AdminKubeconfig); err != nil {
+		fmt.Fprintln(os.Stderr, "kubectl e2e setup: the cluster's OpenAPI:", err)
+		return 1
+	}
 	start := time.Now()
 	agg, err = tierproc.Start(ctx, env.CP, tierproc.Options{Binary: binary, Profile: aggProfile, Spec: profile()})
 	if err != nil {

@@ -50,8 +50,21 @@ type Options struct {
 	PathPrefix string
 	// Version is what /version reports: the upstream apiserver's.
 	Version *version.Info
+	// OpenAPI serves /openapi/v2, /openapi/v3 and /openapi/v3/<gv>
+	// (package openapi); nil answers 404.
+	OpenAPI OpenAPI
 	Metrics *metrics.Metrics
 	Log     logr.Logger
+}
+
+// OpenAPI serves the OpenAPI documents below /openapi/. prefix is the
+// aggregated path prefix the request came under, "" at the root.
+type OpenAPI interface {
+	ServeOpenAPI(w http.ResponseWriter, r *http.Request, path, prefix string)
+	// Ready is nil once the documents are loaded: the aggregator fetches
+	// them as soon as the APIService is registered, and backs off for a
+	// minute or more after a failure.
+	Ready() error
 }
 
 // Server is the read API handler.
@@ -103,8 +116,9 @@ func New(opts Options) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	path := r.URL.Path
+	prefix := ""
 	if p := s.opts.PathPrefix; p != "" && strings.HasPrefix(path, p) && (len(path) == len(p) || path[len(p)] == '/') {
-		path = path[len(p):]
+		path, prefix = path[len(p):], p
 		if path == "" || path == "/" {
 			// The aggregator's own discovery of our group/version: the
 			// profile's API group has no resources of its own, everything is
@@ -115,6 +129,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			})
 			return
 		}
+	}
+	if strings.HasPrefix(path, "/openapi/") && s.opts.OpenAPI != nil {
+		s.opts.OpenAPI.ServeOpenAPI(w, r, path, prefix)
+		return
 	}
 	switch path {
 	case "/version":
@@ -176,6 +194,12 @@ func (s *Server) serveReady(w http.ResponseWriter) {
 		case <-r.Source.Synced():
 		default:
 			http.Error(w, "cache for "+r.label+" is not synced yet", http.StatusServiceUnavailable)
+			return
+		}
+	}
+	if s.opts.OpenAPI != nil {
+		if err := s.opts.OpenAPI.Ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 	}

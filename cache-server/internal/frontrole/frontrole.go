@@ -93,9 +93,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cfg.Log.Info("front", "shards", len(cfg.Topology.Shards), "hashShards", settings.HashShards, "resources", len(resources))
 	prefix := standalone.PathPrefix(cfg.ProfileName)
+	docs, err := standalone.StartOpenAPI(ctx, cfg.ProfileName, cfg.Upstream, resources, m, cfg.Log)
+	if err != nil {
+		return err
+	}
 	api := front.New(front.Options{
 		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, PathPrefix: prefix,
-		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes,
+		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, OpenAPI: docs,
 	})
 	if cfg.ProbeListener != nil {
 		go serving.Probes(ctx, cfg.ProbeListener, reg, func() error {
@@ -106,7 +110,7 @@ func Run(ctx context.Context, cfg Config) error {
 					return fmt.Errorf("the fleet's streams for %s have not started yet", entries[i].Resource.String())
 				}
 			}
-			return nil
+			return docs.Ready()
 		})
 	}
 	return serving.Run(ctx, serving.Config{

@@ -40,6 +40,9 @@ type Metrics struct {
 
 	ProtobufConversions *prometheus.CounterVec // path: cached, plan, typed
 
+	OpenAPIRefreshes   *prometheus.CounterVec // result: unchanged, updated, error
+	OpenAPILastSuccess prometheus.Gauge       // Unix time of the last successful OpenAPI poll
+
 	AuthnConnCache *prometheus.CounterVec // result: hit, miss, bypass
 	Goaways        prometheus.Counter     // HTTP/2 connections asked to reconnect (serving.withGoaway)
 	MemoryReleased prometheus.Counter     // bytes returned to the OS after bulk loads
@@ -189,6 +192,18 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_memory_limit_bytes",
 		Help: "The memory limit of the process' cgroup (the container's limit); absent when there is none.",
 	}, nil)
+	m.OpenAPIRefreshes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_openapi_refreshes_total",
+		Help: "Polls of the apiserver's OpenAPI documents (package openapi), by result: unchanged, updated (a document was downloaded), error (the last good documents stay served).",
+	}, []string{"result"})
+	for _, r := range []string{"unchanged", "updated", "error"} {
+		m.OpenAPIRefreshes.WithLabelValues(r)
+	}
+	m.OpenAPILastSuccess = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "cachetier_openapi_last_success_timestamp_seconds",
+		Help: "When the OpenAPI documents were last polled successfully, in Unix seconds (0: never; shards never poll; a front answers /openapi/* with 503 until its first success).",
+	})
+	reg.MustRegister(m.OpenAPIRefreshes, m.OpenAPILastSuccess)
 	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit)
 	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark)
 	reg.MustRegister(m.AuthnConnCache, m.Goaways, m.MemoryReleased, m.ProtobufConversions)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
@@ -21,7 +22,9 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/front"
 	"github.com/cachetier/cachetier/cache-server/internal/ingest"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
+	"github.com/cachetier/cachetier/cache-server/internal/openapi"
 	"github.com/cachetier/cachetier/cache-server/internal/serving"
+	"github.com/cachetier/cachetier/cache-server/internal/upstreamhttp"
 )
 
 // MinHistoryWindow is the apiserver's own watch-cache history: a shorter
@@ -101,9 +104,37 @@ func EffectiveSettings(spec v1alpha1.CacheProfileSpec) (Settings, error) {
 	return s, nil
 }
 
+// APIVersion is the version of every profile's aggregated API group.
+const APIVersion = "v1alpha1"
+
+// APIGroup is the aggregated API group of a profile.
+func APIGroup(profile string) string {
+	return profile + ".cache.cachetier.io"
+}
+
 // PathPrefix is the aggregated API path of a profile.
 func PathPrefix(profile string) string {
-	return "/apis/" + profile + ".cache.cachetier.io/v1alpha1"
+	return "/apis/" + APIGroup(profile) + "/" + APIVersion
+}
+
+// StartOpenAPI starts keeping the OpenAPI documents of the group-versions
+// of resources (package openapi) fresh until ctx ends; shared by the
+// standalone tier and a fleet's fronts.
+func StartOpenAPI(ctx context.Context, profile string, upstream *rest.Config, resources []front.Resource, m *metrics.Metrics, log logr.Logger) (*openapi.Keeper, error) {
+	var gvs []schema.GroupVersion
+	for _, r := range resources {
+		gvs = append(gvs, r.Entry.Resource.GVR.GroupVersion())
+	}
+	k, err := openapi.New(openapi.Options{
+		Upstream: upstreamhttp.Instrument(upstream, m.UpstreamResponses), Served: gvs,
+		Group: APIGroup(profile), Version: APIVersion,
+		Refreshes: m.OpenAPIRefreshes, LastSuccess: m.OpenAPILastSuccess, Log: log.WithName("openapi"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	go k.Run(ctx)
+	return k, nil
 }
 
 // Run starts ingestion and serves until ctx ends.
@@ -128,9 +159,13 @@ func Run(ctx context.Context, cfg Config) error {
 	kc, ver := ingested.Client, ingested.Version
 
 	prefix := PathPrefix(cfg.ProfileName)
+	docs, err := StartOpenAPI(ctx, cfg.ProfileName, cfg.Upstream, resources, m, cfg.Log)
+	if err != nil {
+		return err
+	}
 	api := front.New(front.Options{
 		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, PathPrefix: prefix,
-		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes,
+		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, OpenAPI: docs,
 	})
 	return serving.Run(ctx, serving.Config{
 		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: kc, PathPrefix: prefix,
