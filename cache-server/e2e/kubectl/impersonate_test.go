@@ -3,10 +3,12 @@ package kubectl
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,11 +24,29 @@ import (
 	"github.com/cachetier/cachetier/hack/controlplane"
 )
 
-// impersonationPaths are the kubeconfigs of one caller: the apiserver and
-// the three ways to the tier.
+// impersonationPaths are the kubeconfigs of one caller: the apiserver, and
+// the tier by every way there is to it: the in-process standalone tier,
+// the standalone and fleet-front processes directly, and both through the
+// aggregator.
 type impersonationPaths struct {
-	name                          string
-	apiserver, direct, agg, fleet string
+	name      string
+	apiserver string
+	direct    map[string]string // path -> kubeconfig, straight to a tier endpoint
+	viaAgg    map[string]string // path -> kubeconfig, through the aggregator
+}
+
+// all returns every path to the tier, or only the direct ones.
+func (p impersonationPaths) all(directOnly bool) map[string]string {
+	out := map[string]string{}
+	for k, v := range p.direct {
+		out[k] = v
+	}
+	if !directOnly {
+		for k, v := range p.viaAgg {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // TestImpersonation: kubectl --as/--as-group/--as-uid through the tier
@@ -39,22 +59,16 @@ func TestImpersonation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	kc := kubernetes.NewForConfigOrDie(env.Admin)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	rules := func(r ...rbacv1.PolicyRule) []rbacv1.PolicyRule { return r }
 	role := func(name string, r []rbacv1.PolicyRule, subjects ...rbacv1.Subject) {
 		_, err := kc.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: r}, metav1.CreateOptions{})
-		must(err)
+		noErr(t, err)
 		_, err = kc.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
 			Subjects:   subjects,
 		}, metav1.CreateOptions{})
-		must(err)
+		noErr(t, err)
 	}
 	userSubject := func(name string) rbacv1.Subject {
 		return rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: name}
@@ -67,13 +81,13 @@ func TestImpersonation(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "imp-configmap-reader"},
 		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}},
 	}, metav1.CreateOptions{})
-	must(err)
+	noErr(t, err)
 	_, err = kc.RbacV1().RoleBindings("ns-1").Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "imp-configmap-reader"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "imp-configmap-reader"},
 		Subjects:   []rbacv1.Subject{userSubject("frank"), groupSubject},
 	}, metav1.CreateOptions{})
-	must(err)
+	noErr(t, err)
 	role("imp-tier-paths", rules(rbacv1.PolicyRule{
 		APIGroups: []string{aggProfile + ".cache.cachetier.io", fleetProfile + ".cache.cachetier.io"},
 		Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"},
@@ -84,16 +98,16 @@ func TestImpersonation(t *testing.T) {
 		APIGroups: []string{""}, Resources: []string{"users"}, ResourceNames: []string{"frank"}, Verbs: []string{"impersonate"},
 	}), userSubject("henry"))
 
-	admin := impersonationPaths{name: "admin", apiserver: env.CP.AdminKubeconfig, direct: env.TierKubeconfig, agg: aggKubeconfig, fleet: fleetKubeconfig}
-	gina := userPaths(t, "gina")
-	henry := userPaths(t, "henry")
+	admin := userPaths(t, "admin", env.CP.AdminKubeconfig)
+	gina := userPaths(t, "gina", "")
+	henry := userPaths(t, "henry", "")
 
 	// RBAC reaches the authorizers' caches (the apiserver's and the tier's
 	// SubjectAccessReview cache) within moments.
 	waitAllowed := func(p impersonationPaths, args ...string) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
-		for _, kubeconfig := range []string{p.apiserver, p.direct, p.agg, p.fleet} {
+		for _, kubeconfig := range append(slices.Collect(maps.Values(p.all(false))), p.apiserver) {
 			for {
 				r := kubectl(t, kubeconfig, args...)
 				if r.err == nil {
@@ -111,7 +125,7 @@ func TestImpersonation(t *testing.T) {
 
 	forbidden := func() float64 {
 		v, err := env.Metric(`cachetier_impersonation_requests_total{result="forbidden"}`)
-		must(err)
+		noErr(t, err)
 		f, _ := strconv.ParseFloat(v, 64) // absent before the first: 0
 		return f
 	}
@@ -126,11 +140,7 @@ func TestImpersonation(t *testing.T) {
 		if !wantErr && strings.TrimSpace(want.stdout) == "" {
 			t.Fatalf("apiserver printed nothing; the case tests nothing: %s", want)
 		}
-		paths := map[string]string{"direct": p.direct, "aggregated": p.agg, "fleet": p.fleet}
-		if directOnly {
-			paths = map[string]string{"direct": p.direct}
-		}
-		for path, kubeconfig := range paths {
+		for path, kubeconfig := range p.all(directOnly) {
 			got := kubectl(t, kubeconfig, args...)
 			if (got.err != nil) != wantErr || got.stdout != want.stdout || withoutKlogHeaders(got.stderr) != withoutKlogHeaders(want.stderr) {
 				t.Errorf("%s through the tier (%s):\n%s\napiserver:\n%s", p.name, path, got, want)
@@ -199,21 +209,27 @@ func TestImpersonation(t *testing.T) {
 	statusCases(t, gina, henry)
 }
 
-// userPaths makes a client-certificate user and its four kubeconfigs.
-func userPaths(t *testing.T, user string) impersonationPaths {
+// userPaths writes the kubeconfigs of user (a new client-certificate user
+// of the "developers" group, or the apiserver kubeconfig given).
+func userPaths(t *testing.T, user, kubeconfig string) impersonationPaths {
 	t.Helper()
-	direct, err := env.CP.UserKubeconfig(user, "developers")
-	if err != nil {
-		t.Fatal(err)
+	if kubeconfig == "" {
+		var err error
+		if kubeconfig, err = env.CP.UserKubeconfig(user, "developers"); err != nil {
+			t.Fatal(err)
+		}
 	}
-	p := impersonationPaths{name: user, apiserver: direct}
-	p.direct = filepath.Join(env.CP.Dir, "kubeconfig-"+user+"-tier")
-	p.agg = filepath.Join(env.CP.Dir, "kubeconfig-"+user+"-aggregated")
-	p.fleet = filepath.Join(env.CP.Dir, "kubeconfig-"+user+"-fleet")
+	file := func(path string) string { return filepath.Join(env.CP.Dir, "kubeconfig-imp-"+user+"-"+path) }
+	p := impersonationPaths{name: user, apiserver: kubeconfig,
+		direct: map[string]string{"direct": file("direct"), "process direct": file("process"), "fleet front direct": file("front")},
+		viaAgg: map[string]string{"aggregated": file("aggregated"), "fleet": file("fleet")},
+	}
 	for _, err := range []error{
-		controlplane.RewriteKubeconfig(direct, p.direct, env.TierURL, env.TierAdmin.CAData, ""),
-		agg.AggregatedKubeconfig(direct, p.agg),
-		fleet.AggregatedKubeconfig(direct, p.fleet),
+		controlplane.RewriteKubeconfig(kubeconfig, p.direct["direct"], env.TierURL, env.TierAdmin.CAData, ""),
+		agg.DirectKubeconfig(kubeconfig, p.direct["process direct"]),
+		fleet.DirectKubeconfig(kubeconfig, p.direct["fleet front direct"]),
+		agg.AggregatedKubeconfig(kubeconfig, p.viaAgg["aggregated"]),
+		fleet.AggregatedKubeconfig(kubeconfig, p.viaAgg["fleet"]),
 	} {
 		if err != nil {
 			t.Fatal(err)
@@ -268,11 +284,7 @@ func statusCases(t *testing.T, gina, henry impersonationPaths) {
 			if want.Code != http.StatusForbidden {
 				t.Fatalf("apiserver: %+v", want)
 			}
-			paths := []string{c.caller.direct, c.caller.agg, c.caller.fleet}
-			if c.directOnly {
-				paths = paths[:1]
-			}
-			for _, kubeconfig := range paths {
+			for _, kubeconfig := range c.caller.all(c.directOnly) {
 				if got := list(kubeconfig); !reflect.DeepEqual(got, want) {
 					t.Errorf("%s:\n%+v\napiserver:\n%+v", kubeconfig, got, want)
 				}

@@ -115,6 +115,11 @@ func profile() v1alpha1.CacheProfileSpec {
 			{Version: "v1", Resource: "pods", FieldIndexes: []string{"spec.nodeName"}},
 			{Version: "v1", Resource: "namespaces"},
 			{Version: "v1", Resource: "events"},
+			// kubectl describe namespace lists both; a tier without them
+			// answers 404 and describe leaves their sections out
+			// (docs/differences.md).
+			{Version: "v1", Resource: "resourcequotas"},
+			{Version: "v1", Resource: "limitranges"},
 			{Group: "example.cachetier.io", Version: "v1", Resource: "widgets"},
 		},
 	}
@@ -158,4 +163,12 @@ func mustKubectl(t *testing.T, kubeconfig string, args ...string) string {
 		t.Fatalf("kubectl %s (%s): %s", strings.Join(args, " "), kubeconfig, r)
 	}
 	return r.stdout
+}
+
+// noErr ends the test on a setup error.
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }
