@@ -146,10 +146,19 @@ func clip(s string) string {
 // the discovery cache of the user's home directory.
 func kubectl(t *testing.T, kubeconfig string, args ...string) kubectlResult {
 	t.Helper()
+	return kubectlEnv(t, nil, kubeconfig, args...)
+}
+
+// kubectlEnv is kubectl with extra environment variables (NAME=value).
+func kubectlEnv(t *testing.T, environ []string, kubeconfig string, args ...string) kubectlResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cacheDir := t.TempDir()
 	cmd := exec.CommandContext(ctx, env.CP.Kubectl(), append([]string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + cacheDir}, args...)...)
+	if environ != nil {
+		cmd.Env = append(os.Environ(), environ...)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
