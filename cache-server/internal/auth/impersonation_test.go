@@ -64,6 +64,14 @@ func TestImpersonationWithConnCache(t *testing.T) {
 				t.Errorf("header %s reached the handler", name)
 			}
 		}
+		// Watches flush: the handler must get the server's writer, not
+		// the recorder that watches the filter's refusals.
+		if _, ok := w.(*impersonationRecorder); ok {
+			t.Errorf("the handler got the impersonation recorder")
+		}
+		if _, ok := w.(http.Flusher); !ok {
+			t.Errorf("the handler's writer cannot flush")
+		}
 		_, _ = w.Write([]byte("ok"))
 	})
 	resolver := &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
