@@ -165,6 +165,8 @@ func TestImpersonation(t *testing.T) {
 		{"as frank: pods", admin, true, []string{"get", "pods", "-A", "-o", "name", "--as=frank"}},
 		{"as frank: secrets", admin, true, []string{"get", "secret", "secret-01", "-n", "ns-1", "-o", "name", "--as=frank"}},
 		{"as frank: widgets", admin, true, []string{"get", "wg", "-n", "ns-1", "-o", "name", "--as=frank"}},
+		// kubectl wait reads with a watch-list: a long-running impersonated request.
+		{"as frank: wait", admin, false, []string{"wait", "--for=jsonpath={.data.index}=42", "configmap/cm-042", "-n", "ns-1", "--as=frank", "--timeout=20s"}},
 		{"as frank with uid", admin, false, []string{"get", "configmaps", "-n", "ns-1", "-o", "name", "--as=frank", "--as-uid=frank-uid-1"}},
 		{"as group imp-readers", admin, false, []string{"get", "configmaps", "-n", "ns-1", "-o", "name", "--as=nobody", "--as-group=imp-readers"}},
 		{"as group imp-readers: other namespace", admin, true, []string{"get", "configmaps", "-n", "ns-3", "-o", "name", "--as=nobody", "--as-group=imp-readers"}},
