@@ -153,6 +153,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_impersonation_requests_total",
 		Help: "Requests to the tier's endpoint with Impersonate-* headers, by result: allowed (answered as the impersonated user), forbidden (the caller may not impersonate them), invalid (headers the apiserver rejects), error.",
 	}, []string{"result"})
+	// Every result from the start: a cluster where nobody impersonates
+	// shows zeros (and the dashboard's panel has series), not no data.
+	for _, result := range []string{"allowed", "forbidden", "invalid", "error"} {
+		m.Impersonation.WithLabelValues(result)
+	}
 	m.Goaways = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cachetier_http2_goaways_total",
 		Help: "HTTP/2 responses that asked the client to move to a new connection (--goaway-chance), so the aggregator's single connection to a fleet's Service is spread over its fronts.",
