@@ -3,7 +3,9 @@ package kubectl
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +31,9 @@ const describeNS = "describe"
 // UID or kind. Returns the UIDs by kind.
 func describeFixture(t *testing.T) map[string]types.UID {
 	t.Helper()
+	if describeUIDs != nil { // made by an earlier test (or -count run)
+		return describeUIDs
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	kc := kubernetes.NewForConfigOrDie(env.Admin)
@@ -129,8 +134,12 @@ func describeFixture(t *testing.T) map[string]types.UID {
 	// object of another kind with the same name.
 	event(ref("Pod", "v1", "web", "00000000-0000-0000-0000-000000000001"), "Normal", "Killing", "an earlier pod web", "kubelet", 1)
 	event(ref("ConfigMap", "v1", "w1", "00000000-0000-0000-0000-000000000002"), "Normal", "Other", "a configmap named like the widget", "config-agent", 1)
-	return map[string]types.UID{"Pod": pod.UID, "ConfigMap": cm.UID, "Secret": secret.UID, "Widget": widget.GetUID()}
+	describeUIDs = map[string]types.UID{"Pod": pod.UID, "ConfigMap": cm.UID, "Secret": secret.UID, "Widget": widget.GetUID()}
+	return describeUIDs
 }
+
+// describeUIDs are the fixture's UIDs once it exists.
+var describeUIDs map[string]types.UID
 
 // eventAge is duration.HumanDuration's output, alone or in the
 // "(x7 over 3h)" form of repeated events.
@@ -219,8 +228,19 @@ func TestDescribe(t *testing.T) {
 		if r.err != nil {
 			t.Fatalf("kubectl: %s", r)
 		}
-		sel := regexp.MustCompile(`url="` + regexp.QuoteMeta(server) + `/api/v1/namespaces/describe/events\?(continue=[^&"]+&)?fieldSelector=involvedObject\.name%3Dweb%2CinvolvedObject\.namespace%3Ddescribe%2CinvolvedObject\.uid%3D` + string(uids["Pod"]) + `&limit=1" status="200 OK"`)
+		// kubectl builds the selector from a map: its terms come in any order.
+		sel := regexp.MustCompile(`url="` + regexp.QuoteMeta(server) + `/api/v1/namespaces/describe/events\?(continue=[^&"]+&)?fieldSelector=([^&"]+)&limit=1" status="200 OK"`)
+		want := []string{"involvedObject.name=web", "involvedObject.namespace=describe", "involvedObject.uid=" + string(uids["Pod"])}
 		p := sel.FindAllStringSubmatch(r.stderr, -1)
+		for _, m := range p {
+			terms, err := url.QueryUnescape(m[2])
+			noErr(t, err)
+			got := strings.Split(terms, ",")
+			sort.Strings(got)
+			if !equalStrings(got, want) {
+				t.Fatalf("describe's event search selector %v, want %v", got, want)
+			}
+		}
 		if len(p) < 3 || p[0][1] != "" {
 			t.Fatalf("describe's event search: %d page requests to %s, want >= 3 (the first not continued):\n%s", len(p), server, clip(r.stderr))
 		}
@@ -237,17 +257,9 @@ func TestDescribe(t *testing.T) {
 // type, metadata.*), with = and !=, selects the same events through the
 // tier as from the apiserver.
 func TestEventFieldSelectors(t *testing.T) {
-	// The fixture is shared with TestDescribe; create it if that did not run.
-	ctx := context.Background()
-	kc := kubernetes.NewForConfigOrDie(env.Admin)
-	pod, err := kc.CoreV1().Pods(describeNS).Get(ctx, "web", metav1.GetOptions{})
-	if err != nil {
-		describeFixture(t)
-		if pod, err = kc.CoreV1().Pods(describeNS).Get(ctx, "web", metav1.GetOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	podUID := pod.UID
+	podUID := describeFixture(t)["Pod"]
+	pod, err := kubernetes.NewForConfigOrDie(env.Admin).CoreV1().Pods(describeNS).Get(context.Background(), "web", metav1.GetOptions{})
+	noErr(t, err)
 	for _, sel := range []string{
 		"involvedObject.kind=Pod",
 		"involvedObject.kind!=Pod",
