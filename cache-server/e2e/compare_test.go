@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -339,6 +340,11 @@ func testGetMatchesAPIServer(t *testing.T) {
 				_ = json.Unmarshal(got.body, &gobj)
 				if w, g := fmt.Sprint(wo), fmt.Sprint(gobj); w != g {
 					t.Fatalf("object differs\n tier:      %s\n apiserver: %s", g, w)
+				}
+				// Byte for byte, the serializer's trailing newline included
+				// (kubectl get --raw prints the body as it comes).
+				if !bytes.Equal(got.body, want.body) {
+					t.Fatalf("body differs\n tier:      %q\n apiserver: %q", got.body, want.body)
 				}
 			})
 		}

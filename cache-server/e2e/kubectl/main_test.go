@@ -119,6 +119,11 @@ func profile() v1alpha1.CacheProfileSpec {
 			{Version: "v1", Resource: "pods", FieldIndexes: []string{"spec.nodeName"}},
 			{Version: "v1", Resource: "namespaces"},
 			{Version: "v1", Resource: "events"},
+			// kubectl describe namespace lists both; a tier without them
+			// answers 404 and describe leaves their sections out
+			// (docs/differences.md).
+			{Version: "v1", Resource: "resourcequotas"},
+			{Version: "v1", Resource: "limitranges"},
 			{Group: "example.cachetier.io", Version: "v1", Resource: "widgets"},
 		},
 	}
@@ -145,10 +150,19 @@ func clip(s string) string {
 // the discovery cache of the user's home directory.
 func kubectl(t *testing.T, kubeconfig string, args ...string) kubectlResult {
 	t.Helper()
+	return kubectlEnv(t, nil, kubeconfig, args...)
+}
+
+// kubectlEnv is kubectl with extra environment variables (NAME=value).
+func kubectlEnv(t *testing.T, environ []string, kubeconfig string, args ...string) kubectlResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cacheDir := t.TempDir()
 	cmd := exec.CommandContext(ctx, env.CP.Kubectl(), append([]string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + cacheDir}, args...)...)
+	if environ != nil {
+		cmd.Env = append(os.Environ(), environ...)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -162,4 +176,12 @@ func mustKubectl(t *testing.T, kubeconfig string, args ...string) string {
 		t.Fatalf("kubectl %s (%s): %s", strings.Join(args, " "), kubeconfig, r)
 	}
 	return r.stdout
+}
+
+// noErr ends the test on a setup error.
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -7,6 +7,10 @@
 //     name (then X-Remote-User/-Group/-Extra-* are trusted);
 //   - direct clients authenticate with a client certificate from the
 //     cluster's client CA or a bearer token checked by TokenReview;
+//   - a request with Impersonate-* headers (kubectl --as) goes through the
+//     apiserver's impersonation filter (impersonation.go) and is then
+//     authorized as the impersonated user, or refused as the apiserver
+//     refuses it;
 //   - every request is authorized by SubjectAccessReview against the
 //     apiserver for the resource it reads (the path below the aggregated
 //     prefix), so nobody reads through the tier what they could not read
@@ -22,11 +26,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	genericfilters "k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -49,6 +56,11 @@ type Options struct {
 	// ConnCacheResults, when set, counts the per-connection cache's
 	// answers by result: hit, miss, bypass (see conncache.go).
 	ConnCacheResults *prometheus.CounterVec
+	// ImpersonationResults, when set, counts requests with impersonation
+	// headers by result: allowed, forbidden, invalid, error.
+	ImpersonationResults *prometheus.CounterVec
+	// Log receives a line for every refused impersonation.
+	Log logr.Logger
 }
 
 // Wrap returns handler behind authentication and authorization, and the TLS
@@ -116,13 +128,10 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 	if err != nil {
 		return nil, 0, fmt.Errorf("build authorizer: %w", err)
 	}
-	codecs := scheme.Codecs
 	resolver := &prefixResolver{prefix: opts.PathPrefix, factory: &request.RequestInfoFactory{
 		APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api"),
 	}}
-	h := genericfilters.WithAuthorization(handler, authz, codecs)
-	h = genericfilters.WithAuthentication(h, authn, genericfilters.Unauthorized(codecs), nil, rh)
-	h = genericfilters.WithRequestInfo(h, resolver)
+	h := chain(handler, authn, authz, rh, resolver, opts)
 	always := sets.NewString(opts.AlwaysAllowPaths...)
 	chain := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if always.Has(r.URL.Path) {
@@ -132,6 +141,17 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 		h.ServeHTTP(w, r)
 	})
 	return chain, tls.RequestClientCert, nil
+}
+
+// chain puts handler behind the filters in the order kube-apiserver's
+// DefaultBuildHandlerChain uses (k8s.io/apiserver/pkg/server/config.go):
+// request info, authentication, impersonation, authorization.
+func chain(handler http.Handler, authn authenticator.Request, authz authorizer.Authorizer, rh *authenticatorfactory.RequestHeaderConfig, resolver request.RequestInfoResolver, opts Options) http.Handler {
+	codecs := scheme.Codecs
+	h := genericfilters.WithAuthorization(handler, authz, codecs)
+	h = withImpersonation(h, authz, codecs, opts.Log, opts.ImpersonationResults)
+	h = genericfilters.WithAuthentication(h, authn, genericfilters.Unauthorized(codecs), nil, rh)
+	return genericfilters.WithRequestInfo(h, resolver)
 }
 
 // prefixResolver classifies the request as the resource it reads: a GET of

@@ -416,6 +416,11 @@ func writeObject(w http.ResponseWriter, r *http.Request, res *resource, enc enco
 	if err != nil {
 		return writeErrorAs(w, enc, err)
 	}
+	if (enc == encJSON || enc == encPartialMetadata) && !bytes.HasSuffix(body, []byte("\n")) {
+		// The apiserver's JSON serializer ends the body with a newline (as
+		// json.Encoder does). body may be the stored bytes: append to a copy.
+		body = append(body[:len(body):len(body)], '\n')
+	}
 	return res.bodies.write(w, acceptsGzip(r), enc, body)
 }
 

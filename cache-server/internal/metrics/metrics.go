@@ -44,6 +44,7 @@ type Metrics struct {
 	OpenAPILastSuccess prometheus.Gauge       // Unix time of the last successful OpenAPI poll
 
 	AuthnConnCache *prometheus.CounterVec // result: hit, miss, bypass
+	Impersonation  *prometheus.CounterVec // result: allowed, forbidden, invalid, error
 	Goaways        prometheus.Counter     // HTTP/2 connections asked to reconnect (serving.withGoaway)
 	MemoryReleased prometheus.Counter     // bytes returned to the OS after bulk loads
 
@@ -151,6 +152,15 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_authn_connection_cache_total",
 		Help: "Authentications answered from the connection's cache (hit), by the delegated authenticators (miss), or not eligible for the cache (bypass: no client certificate, no cache on the server).",
 	}, []string{"result"})
+	m.Impersonation = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_impersonation_requests_total",
+		Help: "Requests to the tier's endpoint with Impersonate-* headers, by result: allowed (answered as the impersonated user), forbidden (the caller may not impersonate them), invalid (headers the apiserver rejects), error.",
+	}, []string{"result"})
+	// Every result from the start: a cluster where nobody impersonates
+	// shows zeros (and the dashboard's panel has series), not no data.
+	for _, result := range []string{"allowed", "forbidden", "invalid", "error"} {
+		m.Impersonation.WithLabelValues(result)
+	}
 	m.Goaways = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cachetier_http2_goaways_total",
 		Help: "HTTP/2 responses that asked the client to move to a new connection (--goaway-chance), so the aggregator's single connection to a fleet's Service is spread over its fronts.",
@@ -206,7 +216,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.OpenAPIRefreshes, m.OpenAPILastSuccess)
 	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit)
 	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark)
-	reg.MustRegister(m.AuthnConnCache, m.Goaways, m.MemoryReleased, m.ProtobufConversions)
+	reg.MustRegister(m.AuthnConnCache, m.Impersonation, m.Goaways, m.MemoryReleased, m.ProtobufConversions)
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
 	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes, m.ProgressProbeBookmark,
 		m.UpstreamEvents, m.UpstreamRelists, m.UpstreamWatchListFallbacks, m.UpstreamRV, m.UpstreamLatestRV,

@@ -66,7 +66,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	handler, clientAuth, err := auth.Wrap(ctx, auth.Options{
 		Client: cfg.Client, PathPrefix: cfg.PathPrefix, AlwaysAllowPaths: []string{"/healthz", "/livez", "/readyz"},
-		ConnCacheResults: cfg.Metrics.AuthnConnCache,
+		ConnCacheResults: cfg.Metrics.AuthnConnCache, ImpersonationResults: cfg.Metrics.Impersonation, Log: cfg.Log,
 	}, mux)
 	if err != nil {
 		return err
