@@ -39,6 +39,7 @@ type Metrics struct {
 	FleetWatermark       *prometheus.GaugeVec     // resource, shard
 
 	ProtobufConversions *prometheus.CounterVec // path: cached, plan, typed
+	TableErrors         *prometheus.CounterVec // resource: Tables (kubectl get) that could not be built
 
 	AuthnConnCache *prometheus.CounterVec // result: hit, miss, bypass
 	Goaways        prometheus.Counter     // HTTP/2 connections asked to reconnect (serving.withGoaway)
@@ -191,7 +192,11 @@ func New(reg prometheus.Registerer) *Metrics {
 	}, nil)
 	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit)
 	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark)
-	reg.MustRegister(m.AuthnConnCache, m.Goaways, m.MemoryReleased, m.ProtobufConversions)
+	m.TableErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_table_errors_total",
+		Help: "Table responses (kubectl get's server-side printing) that could not be built from stored objects, by resource; each is answered with an error Status and logged.",
+	}, []string{"resource"})
+	reg.MustRegister(m.AuthnConnCache, m.Goaways, m.MemoryReleased, m.ProtobufConversions, m.TableErrors)
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
 	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes, m.ProgressProbeBookmark,
 		m.UpstreamEvents, m.UpstreamRelists, m.UpstreamWatchListFallbacks, m.UpstreamRV, m.UpstreamLatestRV,
