@@ -183,10 +183,11 @@ func TestKubectlTables(t *testing.T) {
 		!slicesEqual(headerOf(out), []string{"NAME", "COLOR", "SIZE", "AGE"}) {
 		t.Errorf("widgets -o wide header %v", headerOf(out))
 	}
-	if out := mustKubectl(t, env.TierKubeconfig, "get", "pods", "-A", "-o", "wide"); !slicesEqual(headerOf(out),
-		[]string{"NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE", "NOMINATED NODE", "READINESS GATES"}) {
-		t.Errorf("pods -o wide header %v", headerOf(out))
+	got, want := runBoth(t, env.TierKubeconfig, "get", "pods", "-A", "-o", "wide")
+	if !slicesEqual(headerOf(got), []string{"NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE", "NOMINATED NODE", "READINESS GATES"}) {
+		t.Errorf("pods -o wide header %v", headerOf(got))
 	}
+	t.Logf("kubectl get pods -A -o wide\ntier:\n%s\napiserver:\n%s", got, want)
 }
 
 // podCase is a pod whose printed STATUS/READY/RESTARTS/... exercise one

@@ -102,8 +102,11 @@ func New(opts Options) *Server {
 		if res.printer == nil {
 			res.printer = tables.Default(res.GVR.GroupResource())
 		}
+		// The series exists from the start (at 0): dashboards and alerts
+		// see "no errors", not "no data".
+		tableErrors := opts.Metrics.TableErrors.WithLabelValues(res.label)
 		res.tableFailed = func(err error) {
-			opts.Metrics.TableErrors.WithLabelValues(res.label).Inc()
+			tableErrors.Inc()
 			opts.Log.Error(err, "cannot build a Table", "resource", res.label)
 		}
 		s.resources[res.GVR] = res
