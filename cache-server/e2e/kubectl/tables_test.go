@@ -54,19 +54,27 @@ var ageColumns = map[string]bool{"AGE": true, "LAST SEEN": true, "FIRST SEEN": t
 var cellSep = regexp.MustCompile(` {3,}`)
 
 // tableCells splits kubectl's table output into rows of cells and replaces
-// the cells of age columns (located by header) with "<age>".
+// the cells of age columns with "<age>". The columns are located by the
+// header: header for output without one (--no-headers), otherwise each
+// table's own (several resources print one table each).
 func tableCells(out string, header []string) [][]string {
-	var ageIdx []int
-	for i, h := range header {
-		if ageColumns[h] {
-			ageIdx = append(ageIdx, i)
+	ageIdx := func(header []string) []int {
+		var idx []int
+		for i, h := range header {
+			if ageColumns[h] {
+				idx = append(idx, i)
+			}
 		}
+		return idx
 	}
+	ages := ageIdx(header)
 	var rows [][]string
 	for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
 		cells := cellSep.Split(strings.TrimRight(line, " "), -1)
-		if !slicesEqual(cells, header) {
-			for _, i := range ageIdx {
+		if isHeader(line) {
+			ages = ageIdx(cells)
+		} else {
+			for _, i := range ages {
 				if i < len(cells) {
 					cells[i] = "<age>"
 				}
@@ -75,6 +83,12 @@ func tableCells(out string, header []string) [][]string {
 		rows = append(rows, cells)
 	}
 	return rows
+}
+
+// isHeader: kubectl's headers are upper case and start with NAME or
+// NAMESPACE; rows start with an object's (lower case) name.
+func isHeader(line string) bool {
+	return (strings.HasPrefix(line, "NAME ") || strings.HasPrefix(line, "NAMESPACE ")) && strings.ToUpper(line) == line
 }
 
 func slicesEqual(a, b []string) bool {
