@@ -110,7 +110,9 @@ func (p *builtin) Table(items [][]byte, list bool, lm metav1.ListMeta, opts Opti
 			return nil, &ConversionError{Resource: p.gr, Err: err}
 		}
 		decoded[i] = o
-		objs[o] = raw
+		if !list {
+			objs[o] = raw
+		}
 	}
 	var obj runtime.Object
 	if list {
@@ -130,7 +132,6 @@ func (p *builtin) Table(items [][]byte, list bool, lm metav1.ListMeta, opts Opti
 		la.SetRemainingItemCount(lm.RemainingItemCount)
 		// SetList copied the items into the list: the printer's rows
 		// point at the copies.
-		clear(objs)
 		i := 0
 		_ = meta.EachListItem(l, func(o runtime.Object) error {
 			objs[o] = items[i]
