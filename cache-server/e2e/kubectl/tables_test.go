@@ -103,17 +103,49 @@ func headerOf(out string) []string {
 // compareTable runs the same kubectl command against the apiserver and
 // the tier and requires the same table (ages normalized). With
 // --no-headers the header comes from the same command without it.
+//
+// The cluster is live (the apiserver's repair loops bump their events'
+// counts every few minutes): a difference is looked at again, twice, and
+// only one that persists fails — a difference the tier makes persists.
 func compareTable(t *testing.T, tierKubeconfig string, args ...string) string {
 	t.Helper()
-	got, want := runBoth(t, tierKubeconfig, args...)
-	header := headerOf(want)
+	var header []string
 	if i := indexOf(args, "--no-headers"); i >= 0 {
 		header = headerOf(mustKubectl(t, env.CP.AdminKubeconfig, append(append([]string{}, args[:i]...), args[i+1:]...)...))
 	}
-	if g, w := tableCells(got, header), tableCells(want, header); !slicesEqual2(g, w) {
-		t.Errorf("kubectl %s: tables differ\ntier:\n%s\napiserver:\n%s", strings.Join(args, " "), clip(got), clip(want))
+	var got, want string
+	var g, w [][]string
+	for attempt := 0; attempt < 3; attempt++ {
+		got, want = runBoth(t, tierKubeconfig, args...)
+		h := header
+		if h == nil {
+			h = headerOf(want)
+		}
+		if g, w = tableCells(got, h), tableCells(want, h); slicesEqual2(g, w) {
+			return got
+		}
+		time.Sleep(time.Second)
 	}
+	t.Errorf("kubectl %s: tables differ\n%s\ntier:\n%s\napiserver:\n%s", strings.Join(args, " "), firstDifference(g, w), clip(got), clip(want))
 	return got
+}
+
+// firstDifference is the first row that differs (a whole table does not
+// fit the log).
+func firstDifference(got, want [][]string) string {
+	for i := 0; i < max(len(got), len(want)); i++ {
+		var g, w []string
+		if i < len(got) {
+			g = got[i]
+		}
+		if i < len(want) {
+			w = want[i]
+		}
+		if !slicesEqual(g, w) {
+			return fmt.Sprintf("row %d:\ntier:      %q\napiserver: %q", i, g, w)
+		}
+	}
+	return ""
 }
 
 func slicesEqual2(a, b [][]string) bool {
