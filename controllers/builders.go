@@ -614,7 +614,9 @@ func BuildClusterRole(p *cachev1alpha1.CacheProfile) *rbacv1.ClusterRole {
 	}
 	// The cache-server reads the CustomResourceDefinition of every cached
 	// resource of a named group (for its selectableFields; for built-in
-	// groups the read finds nothing), and only those.
+	// groups the read finds nothing), and only those; it watches them (a
+	// list and watch with a metadata.name field selector, which RBAC
+	// authorizes by resourceNames) to keep Table printer columns current.
 	var crds []string
 	for _, r := range p.Spec.Resources {
 		if r.Group != "" {
@@ -623,7 +625,7 @@ func BuildClusterRole(p *cachev1alpha1.CacheProfile) *rbacv1.ClusterRole {
 	}
 	if len(crds) > 0 {
 		sort.Strings(crds)
-		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, ResourceNames: crds, Verbs: []string{"get"}})
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, ResourceNames: crds, Verbs: []string{"get", "list", "watch"}})
 	}
 	rules = append(rules,
 		rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},

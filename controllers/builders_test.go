@@ -253,8 +253,9 @@ func TestBuildClusterRoleIsExactlyReadPlusDelegation(t *testing.T) {
 	want := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "namespaces", "pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments", "replicasets"}, Verbs: []string{"get", "list", "watch"}},
-		// The catalog looks for a CRD of each grouped resource: those names only.
-		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, ResourceNames: []string{"deployments.apps", "replicasets.apps"}, Verbs: []string{"get"}},
+		// The catalog looks for a CRD of each grouped resource, the Table
+		// printer watches it: those names only.
+		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, ResourceNames: []string{"deployments.apps", "replicasets.apps"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 		{NonResourceURLs: []string{"/shard/v1/*"}, Verbs: []string{"get"}},

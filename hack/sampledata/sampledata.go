@@ -1,7 +1,7 @@
 // Package sampledata creates the data set that tests and `make run` put in
 // a local control plane: namespaces with labels, configmaps, secrets of two
 // types, pods bound to nodes, events, and a CRD (widgets, with a selectable
-// field) with instances — enough to exercise every selector and scope the
+// field and printer columns) with instances — enough to exercise every selector and scope the
 // tier serves.
 package sampledata
 
@@ -43,7 +43,7 @@ func WidgetsGVR() schema.GroupVersionResource {
 func Namespace(i int) string { return fmt.Sprintf("ns-%d", i) }
 
 // Seed creates the data set: the widgets CRD (with selectableFields
-// .spec.color) and instances, and built-in objects whose labels and field
+// .spec.color, printer columns Color, Size (-o wide) and Age) and instances, and built-in objects whose labels and field
 // values the selector cases exercise. cfg should allow a high QPS.
 func Seed(ctx context.Context, cfg *rest.Config, sz Sizes) error {
 	kc, err := kubernetes.NewForConfig(cfg)
@@ -148,6 +148,12 @@ func createWidgetCRD(ctx context.Context, c apiextensionsclient.Interface) error
 					},
 				}},
 				SelectableFields: []apiextensionsv1.SelectableField{{JSONPath: ".spec.color"}},
+				// Printer columns for kubectl get; Size only with -o wide.
+				AdditionalPrinterColumns: []apiextensionsv1.CustomResourceColumnDefinition{
+					{Name: "Color", Type: "string", JSONPath: ".spec.color", Description: "The widget's color."},
+					{Name: "Size", Type: "integer", JSONPath: ".spec.size", Priority: 1},
+					{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
+				},
 			}},
 		},
 	}

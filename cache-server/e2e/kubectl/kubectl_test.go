@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -63,15 +62,23 @@ func compareJSON(t *testing.T, tierKubeconfig string, args ...string) jsonView {
 	return got
 }
 
+// runBoth runs the same kubectl command against the tier and the
+// apiserver; the apiserver must print something.
+func runBoth(t *testing.T, tierKubeconfig string, args ...string) (got, want string) {
+	t.Helper()
+	want = mustKubectl(t, env.CP.AdminKubeconfig, args...)
+	got = mustKubectl(t, tierKubeconfig, args...)
+	if strings.TrimSpace(want) == "" {
+		t.Fatalf("kubectl %s: the apiserver printed nothing; the case tests nothing", strings.Join(args, " "))
+	}
+	return got, want
+}
+
 // compareOutput runs the same kubectl command against both and requires
 // identical stdout.
 func compareOutput(t *testing.T, tierKubeconfig string, args ...string) string {
 	t.Helper()
-	want := mustKubectl(t, env.CP.AdminKubeconfig, args...)
-	got := mustKubectl(t, tierKubeconfig, args...)
-	if strings.TrimSpace(want) == "" {
-		t.Fatalf("kubectl %s: the apiserver printed nothing; the case tests nothing", strings.Join(args, " "))
-	}
+	got, want := runBoth(t, tierKubeconfig, args...)
 	if got != want {
 		t.Fatalf("kubectl %s: output differs\ntier:\n%s\napiserver:\n%s", strings.Join(args, " "), clip(got), clip(want))
 	}
@@ -118,61 +125,6 @@ func TestKubectlGet(t *testing.T) {
 	t.Run("jsonpath", func(t *testing.T) {
 		compareOutput(t, env.TierKubeconfig, "get", "secrets", "-n", "ns-1", "-o", "jsonpath={range .items[*]}{.metadata.name} {.type}{\"\\n\"}{end}")
 	})
-}
-
-// TestKubectlDefaultTable: kubectl's default output asks for a server-side
-// Table. The tier prints the default Name/Created At columns (the
-// apiserver's type-specific columns such as a pod's STATUS are not
-// reproduced); the NAME column must list the same objects.
-func TestKubectlDefaultTable(t *testing.T) {
-	for _, args := range [][]string{
-		{"get", "pods", "-n", "ns-1"},
-		{"get", "configmaps", "-A", "-l", "app=c"},
-		{"get", "wg", "-A", "--field-selector", "spec.color=blue"},
-		{"get", "configmap", "cm-010", "-n", "ns-0"},
-	} {
-		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			want := mustKubectl(t, env.CP.AdminKubeconfig, args...)
-			got := mustKubectl(t, env.TierKubeconfig, args...)
-			gotHeader := strings.Fields(strings.SplitN(got, "\n", 2)[0])
-			if len(gotHeader) < 2 || gotHeader[len(gotHeader)-1] != "AGE" && !strings.Contains(strings.SplitN(got, "\n", 2)[0], "CREATED AT") {
-				t.Errorf("tier table header %q: want NAME ... and an age/created column", gotHeader)
-			}
-			if g, w := tableNames(t, got), tableNames(t, want); !reflect.DeepEqual(g, w) {
-				t.Fatalf("NAME column differs\ntier:\n%s\napiserver:\n%s", got, want)
-			}
-			t.Logf("tier:\n%s\napiserver:\n%s", clip(got), clip(want))
-		})
-	}
-}
-
-// tableNames returns the NAMESPACE/NAME cells of a kubectl table.
-func tableNames(t *testing.T, out string) []string {
-	t.Helper()
-	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
-	if len(lines) < 2 {
-		t.Fatalf("table without rows:\n%s", out)
-	}
-	header := strings.Fields(lines[0])
-	nameCol := 0
-	withNS := len(header) > 0 && header[0] == "NAMESPACE"
-	if withNS {
-		nameCol = 1
-	}
-	if header[nameCol] != "NAME" {
-		t.Fatalf("table header %v has no NAME column where expected:\n%s", header, out)
-	}
-	var names []string
-	for _, l := range lines[1:] {
-		f := strings.Fields(l)
-		if withNS {
-			names = append(names, f[0]+"/"+f[1])
-		} else {
-			names = append(names, f[0])
-		}
-	}
-	sort.Strings(names)
-	return names
 }
 
 // pageRequest matches kubectl -v=6's log line of one page request:

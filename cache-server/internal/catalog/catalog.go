@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,7 +31,11 @@ type Entry struct {
 	// narrowed to the ones the tier serves: get, list, watch.
 	APIResource metav1.APIResource
 	Custom      bool
-	Fields      *fields.Resource
+	// CRD is a custom resource's definition as Resolve read it (nil for
+	// built-in resources): its printer columns start the resource's
+	// Table printer, which then follows the CRD (package tables).
+	CRD    *apiextensionsv1.CustomResourceDefinition
+	Fields *fields.Resource
 	// FieldIndexes are the profile's indexed field paths.
 	FieldIndexes []string
 	// NamespaceSelector restricts a namespaced resource to the namespaces
@@ -121,6 +126,7 @@ func Resolve(ctx context.Context, cfg *rest.Config, spec v1alpha1.CacheProfileSp
 			switch {
 			case err == nil:
 				e.Custom = true
+				e.CRD = crd
 				for _, v := range crd.Spec.Versions {
 					if v.Name == r.Version {
 						for _, f := range v.SelectableFields {

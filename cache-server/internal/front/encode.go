@@ -3,11 +3,11 @@ package front
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"mime"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,8 +31,8 @@ import (
 //	writeErrorAs(w, errEnc, err)                // writeError in the error encoding
 //	frame := watchFrame(enc, "ADDED", b)        // one watch event around encodeObject's bytes
 //
-// Encodings: JSON (the stored bytes), JSON PartialObjectMetadata(List) and
-// Table, and — for built-in types only — protobuf (the "k8s\x00" envelope
+// Encodings: JSON (the stored bytes), JSON PartialObjectMetadata(List),
+// Table (built by package tables, see table.go), and — for built-in types only — protobuf (the "k8s\x00" envelope
 // around runtime.Unknown, per-object messages converted lazily from the
 // stored JSON and cached per *store.Object in a byte-bounded LRU, see
 // package encoding) and protobuf PartialObjectMetadata(List) (also for
@@ -264,6 +264,10 @@ func writeJSONList(w itemWriter, res *resource, head []byte, items []*store.Obje
 	_, _ = w.Write([]byte(jsonListTail))
 }
 
+// errTableEncoding: Tables need the request's options and are built by
+// package tables (writeTable, resource.encodeTable), not here.
+var errTableEncoding = errors.New("front: Table bodies are built by encodeTable")
+
 // encodeObject is one object in enc: the body of a GET, and the "object"
 // of a watch event (for protobuf the enveloped object, which a protobuf
 // watch frame embeds as is).
@@ -272,11 +276,7 @@ func encodeObject(res *resource, enc encoding, o *store.Object) ([]byte, error) 
 	case encPartialMetadata:
 		return partialMetadata(o)
 	case encTable:
-		tbl, err := table(res, metav1.ListMeta{}, []*store.Object{o})
-		if err != nil {
-			return nil, err
-		}
-		return marshalLine(tbl)
+		return nil, errTableEncoding
 	case encProtobuf, encProtobufPartialMetadata:
 		apiVersion, kind, msg, err := protobufMessage(res, enc, o)
 		if err != nil {
@@ -313,11 +313,7 @@ func protobufType(res *resource, enc encoding) (apiVersion, kind string) {
 func encodeList(res *resource, enc encoding, meta metav1.ListMeta, items []*store.Object) ([]byte, error) {
 	switch enc {
 	case encTable:
-		tbl, err := table(res, meta, items)
-		if err != nil {
-			return nil, err
-		}
-		return marshalLine(tbl)
+		return nil, errTableEncoding
 	case encProtobuf, encProtobufPartialMetadata:
 		mb, err := meta.Marshal()
 		if err != nil {
@@ -412,6 +408,9 @@ func writeErrorAs(w http.ResponseWriter, enc encoding, err error) int {
 }
 
 func writeObject(w http.ResponseWriter, r *http.Request, res *resource, enc encoding, o *store.Object) int {
+	if enc == encTable {
+		return writeTable(w, r, res, []*store.Object{o}, false, metav1.ListMeta{})
+	}
 	body, err := encodeObject(res, enc, o)
 	if err != nil {
 		return writeErrorAs(w, enc, err)
@@ -442,6 +441,9 @@ func writeList(w http.ResponseWriter, r *http.Request, res *resource, enc encodi
 		writeJSONList(dst, res, head, items)
 		done()
 		return http.StatusOK
+	}
+	if enc == encTable {
+		return writeTable(w, r, res, items, true, meta)
 	}
 	body, err := encodeList(res, enc, meta, items)
 	if err != nil {
@@ -477,36 +479,4 @@ func partialMetadata(o *store.Object) ([]byte, error) {
 	out := []byte(`{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":`)
 	out = append(out, m.Metadata...)
 	return append(out, '}'), nil
-}
-
-// table is the apiserver's default table (no type-specific printers): the
-// Name and Created At columns, with each row's object as metadata.
-func table(res *resource, meta metav1.ListMeta, items []*store.Object) (*metav1.Table, error) {
-	docs := metav1.ObjectMeta{}.SwaggerDoc()
-	t := &metav1.Table{
-		TypeMeta: metav1.TypeMeta{Kind: "Table", APIVersion: "meta.k8s.io/v1"},
-		ListMeta: meta,
-		ColumnDefinitions: []metav1.TableColumnDefinition{
-			{Name: "Name", Type: "string", Format: "name", Description: docs["name"]},
-			{Name: "Created At", Type: "date", Description: docs["creationTimestamp"]},
-		},
-		Rows: []metav1.TableRow{},
-	}
-	for _, o := range items {
-		var m struct {
-			Metadata metav1.ObjectMeta `json:"metadata"`
-		}
-		if err := json.Unmarshal(o.Raw, &m); err != nil {
-			return nil, err
-		}
-		md, err := partialMetadata(o)
-		if err != nil {
-			return nil, err
-		}
-		t.Rows = append(t.Rows, metav1.TableRow{
-			Cells:  []any{m.Metadata.Name, m.Metadata.CreationTimestamp.Time.UTC().Format(time.RFC3339)},
-			Object: runtimeRaw(md),
-		})
-	}
-	return t, nil
 }

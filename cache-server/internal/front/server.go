@@ -23,6 +23,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
 	encoding_ "github.com/cachetier/cachetier/cache-server/internal/encoding"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
+	"github.com/cachetier/cachetier/cache-server/internal/tables"
 	"github.com/cachetier/cachetier/cache-server/internal/watch"
 )
 
@@ -32,6 +33,9 @@ type Resource struct {
 	Source Source
 	// Hub fans the resource's changes out to watchers.
 	Hub *watch.Hub
+	// Printer builds the resource's Tables (kubectl get); nil: the
+	// apiserver's default Name/Created At table.
+	Printer tables.Printer
 }
 
 // Options configure a Server.
@@ -83,7 +87,10 @@ type resource struct {
 	protobuf *encoding_.Protobuf
 	// bodies pools response writers (compression, streaming buffers);
 	// shared by all resources of the server.
-	bodies      *bodyWriters
+	bodies  *bodyWriters
+	printer tables.Printer
+	// tableFailed records a Table that could not be built.
+	tableFailed func(error)
 	GVR         schema.GroupVersionResource
 	APIResource metav1.APIResource
 	label       string // metrics label
@@ -104,7 +111,17 @@ func New(opts Options) *Server {
 	bodies := newBodyWriters()
 	var list []*resource
 	for _, r := range opts.Resources {
-		res := &resource{Resource: r, protobuf: pb, bodies: bodies, GVR: r.Entry.Resource.GVR, APIResource: r.Entry.APIResource, label: r.Entry.Resource.String()}
+		res := &resource{Resource: r, protobuf: pb, bodies: bodies, printer: r.Printer, GVR: r.Entry.Resource.GVR, APIResource: r.Entry.APIResource, label: r.Entry.Resource.String()}
+		if res.printer == nil {
+			res.printer = tables.Default(res.GVR.GroupResource())
+		}
+		// The series exists from the start (at 0): dashboards and alerts
+		// see "no errors", not "no data".
+		tableErrors := opts.Metrics.TableErrors.WithLabelValues(res.label)
+		res.tableFailed = func(err error) {
+			tableErrors.Inc()
+			opts.Log.Error(err, "cannot build a Table", "resource", res.label)
+		}
 		s.resources[res.GVR] = res
 		list = append(list, res)
 	}

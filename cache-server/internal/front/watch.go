@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -19,6 +18,7 @@ import (
 	encoding_ "github.com/cachetier/cachetier/cache-server/internal/encoding"
 	"github.com/cachetier/cachetier/cache-server/internal/listparams"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
+	"github.com/cachetier/cachetier/cache-server/internal/tables"
 	"github.com/cachetier/cachetier/cache-server/internal/watch"
 )
 
@@ -54,6 +54,12 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resourc
 	}
 	if res.Hub == nil {
 		return writeError(w, notFound())
+	}
+	var tableOpts tables.Options
+	if enc == encTable {
+		if tableOpts, err = tableOptions(r); err != nil {
+			return writeError(w, err)
+		}
 	}
 	// The cacher refuses watches with 429 while it (re)initializes.
 	if _, err := s.ready(r.Context(), res, listparams.Read{Mode: listparams.ReadAny}); err != nil {
@@ -140,7 +146,7 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resourc
 	// pool however the stream ends (client gone, timeout, terminated as
 	// too slow, hub closed); before handlerDone is set.
 	defer body.Close()
-	ww := &watchWriter{s: s, w: body, res: res, enc: enc}
+	ww := &watchWriter{s: s, w: body, res: res, enc: enc, table: tableOpts}
 	ct := enc.contentType()
 	if enc.isProtobuf() {
 		ct += ";stream=watch"
@@ -250,9 +256,8 @@ type watchWriter struct {
 	w   io.Writer // the watchBody
 	res *resource
 	enc encoding
-	// tableHeaderSent: only the first Table carries column definitions,
-	// as the apiserver's watch embedded encoder does (NoHeaders after it).
-	tableHeaderSent bool
+	// table: the Table options of an encTable stream (tableOptions).
+	table tables.Options
 }
 
 func (ww *watchWriter) frame(typ string, obj []byte) error {
@@ -308,6 +313,12 @@ func (ww *watchWriter) writeEvent(o watch.Out) error {
 	}
 	data, err := ww.encodeObject(obj)
 	if err != nil {
+		if ww.enc == encTable {
+			// The client learns why its stream ends (the apiserver, whose
+			// printers do not fail on stored objects, has no answer of
+			// its own here).
+			_ = ww.writeError(err)
+		}
 		return err
 	}
 	return ww.frame(o.Type, data)
@@ -315,15 +326,11 @@ func (ww *watchWriter) writeEvent(o watch.Out) error {
 
 func (ww *watchWriter) encodeObject(o *store.Object) ([]byte, error) {
 	if ww.enc == encTable {
-		t, err := table(ww.res, metav1.ListMeta{}, []*store.Object{o})
-		if err != nil {
-			return nil, err
-		}
-		if ww.tableHeaderSent {
-			t.ColumnDefinitions = nil
-		}
-		ww.tableHeaderSent = true
-		return json.Marshal(t)
+		b, err := ww.res.encodeTable(ww.table, []*store.Object{o}, false, metav1.ListMeta{})
+		// Only the first Table carries column definitions, as from the
+		// apiserver's watch embedded encoder (NoHeaders after it).
+		ww.table.NoHeaders = true
+		return b, err
 	}
 	return encodeObject(ww.res, ww.enc, o)
 }

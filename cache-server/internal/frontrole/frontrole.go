@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/serving"
 	"github.com/cachetier/cachetier/cache-server/internal/standalone"
+	"github.com/cachetier/cachetier/cache-server/internal/tables"
 	"github.com/cachetier/cachetier/cache-server/internal/upstreamhttp"
 )
 
@@ -83,13 +85,18 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	client := fleet.NewClient(cfg.ShardClient, cfg.Topology, m)
+	crds, err := apiextensionsclient.NewForConfig(upstreamCfg)
+	if err != nil {
+		return err
+	}
+	printers := tables.ForEntries(ctx, crds, entries, cfg.Log)
 	var resources []front.Resource
 	var sources []*fleet.Source
-	for _, e := range entries {
+	for i, e := range entries {
 		src := fleet.NewSource(fleet.Options{Entry: e, Client: client, HistoryWindow: settings.HistoryWindow, Metrics: m, Log: cfg.Log})
 		go src.Run(ctx)
 		sources = append(sources, src)
-		resources = append(resources, front.Resource{Entry: e, Source: src, Hub: src.Hub()})
+		resources = append(resources, front.Resource{Entry: e, Source: src, Hub: src.Hub(), Printer: printers[i]})
 	}
 	cfg.Log.Info("front", "shards", len(cfg.Topology.Shards), "hashShards", settings.HashShards, "resources", len(resources))
 	prefix := standalone.PathPrefix(cfg.ProfileName)

@@ -39,6 +39,7 @@ type Metrics struct {
 	FleetWatermark       *prometheus.GaugeVec     // resource, shard
 
 	ProtobufConversions *prometheus.CounterVec // path: cached, plan, typed
+	TableErrors         *prometheus.CounterVec // resource: Tables (kubectl get) that could not be built
 
 	OpenAPIRefreshes   *prometheus.CounterVec // result: unchanged, updated, error
 	OpenAPILastSuccess prometheus.Gauge       // Unix time of the last successful OpenAPI poll
@@ -216,7 +217,11 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.OpenAPIRefreshes, m.OpenAPILastSuccess)
 	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit)
 	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark)
-	reg.MustRegister(m.AuthnConnCache, m.Impersonation, m.Goaways, m.MemoryReleased, m.ProtobufConversions)
+	m.TableErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_table_errors_total",
+		Help: "Table responses (kubectl get's server-side printing) that could not be built from stored objects, by resource; each is answered with an error Status and logged.",
+	}, []string{"resource"})
+	reg.MustRegister(m.AuthnConnCache, m.Impersonation, m.Goaways, m.MemoryReleased, m.ProtobufConversions, m.TableErrors)
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
 	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes, m.ProgressProbeBookmark,
 		m.UpstreamEvents, m.UpstreamRelists, m.UpstreamWatchListFallbacks, m.UpstreamRV, m.UpstreamLatestRV,

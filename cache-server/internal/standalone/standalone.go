@@ -14,16 +14,19 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/cache-server/internal/catalog"
 	"github.com/cachetier/cachetier/cache-server/internal/front"
 	"github.com/cachetier/cachetier/cache-server/internal/ingest"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/openapi"
 	"github.com/cachetier/cachetier/cache-server/internal/serving"
+	"github.com/cachetier/cachetier/cache-server/internal/tables"
 	"github.com/cachetier/cachetier/cache-server/internal/upstreamhttp"
 )
 
@@ -152,9 +155,18 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	crds, err := apiextensionsclient.NewForConfig(upstreamhttp.Instrument(cfg.Upstream, m.UpstreamResponses))
+	if err != nil {
+		return err
+	}
+	entries := make([]catalog.Entry, len(ingested.Resources))
+	for i, r := range ingested.Resources {
+		entries[i] = r.Entry
+	}
+	printers := tables.ForEntries(ctx, crds, entries, cfg.Log)
 	var resources []front.Resource
-	for _, r := range ingested.Resources {
-		resources = append(resources, front.Resource{Entry: r.Entry, Source: front.LocalSource{Ingester: r.Ingester}, Hub: r.Hub})
+	for i, r := range ingested.Resources {
+		resources = append(resources, front.Resource{Entry: r.Entry, Source: front.LocalSource{Ingester: r.Ingester}, Hub: r.Hub, Printer: printers[i]})
 	}
 	kc, ver := ingested.Client, ingested.Version
 
