@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -237,7 +238,7 @@ func TestDescribe(t *testing.T) {
 			noErr(t, err)
 			got := strings.Split(terms, ",")
 			sort.Strings(got)
-			if !equalStrings(got, want) {
+			if !slices.Equal(got, want) {
 				t.Fatalf("describe's event search selector %v, want %v", got, want)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os/exec"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -91,10 +92,6 @@ func isHeader(line string) bool {
 	return (strings.HasPrefix(line, "NAME ") || strings.HasPrefix(line, "NAMESPACE ")) && strings.ToUpper(line) == line
 }
 
-func slicesEqual(a, b []string) bool {
-	return fmt.Sprint(a) == fmt.Sprint(b)
-}
-
 // headerOf is the header row of kubectl's table output.
 func headerOf(out string) []string {
 	return cellSep.Split(strings.TrimRight(strings.SplitN(out, "\n", 2)[0], " "), -1)
@@ -110,7 +107,7 @@ func headerOf(out string) []string {
 func compareTable(t *testing.T, tierKubeconfig string, args ...string) string {
 	t.Helper()
 	var header []string
-	if i := indexOf(args, "--no-headers"); i >= 0 {
+	if i := slices.Index(args, "--no-headers"); i >= 0 {
 		header = headerOf(mustKubectl(t, env.CP.AdminKubeconfig, append(append([]string{}, args[:i]...), args[i+1:]...)...))
 	}
 	var got, want string
@@ -141,7 +138,7 @@ func firstDifference(got, want [][]string) string {
 		if i < len(want) {
 			w = want[i]
 		}
-		if !slicesEqual(g, w) {
+		if !slices.Equal(g, w) {
 			return fmt.Sprintf("row %d:\ntier:      %q\napiserver: %q", i, g, w)
 		}
 	}
@@ -149,24 +146,7 @@ func firstDifference(got, want [][]string) string {
 }
 
 func slicesEqual2(a, b [][]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !slicesEqual(a[i], b[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func indexOf(s []string, v string) int {
-	for i, x := range s {
-		if x == v {
-			return i
-		}
-	}
-	return -1
+	return slices.EqualFunc(a, b, slices.Equal[[]string])
 }
 
 // tableCommands are kubectl get's table forms for a resource (the
@@ -226,11 +206,11 @@ func TestKubectlTables(t *testing.T) {
 	// The apiserver's -o wide for widgets shows the priority-1 column; a
 	// test that compares two servers printing Name/Age only proves little.
 	if out := mustKubectl(t, env.TierKubeconfig, "get", "wg", "-n", "ns-1", "-o", "wide"); !strings.HasPrefix(out, "NAME") ||
-		!slicesEqual(headerOf(out), []string{"NAME", "COLOR", "SIZE", "AGE"}) {
+		!slices.Equal(headerOf(out), []string{"NAME", "COLOR", "SIZE", "AGE"}) {
 		t.Errorf("widgets -o wide header %v", headerOf(out))
 	}
 	got, want := runBoth(t, env.TierKubeconfig, "get", "pods", "-A", "-o", "wide")
-	if !slicesEqual(headerOf(got), []string{"NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE", "NOMINATED NODE", "READINESS GATES"}) {
+	if !slices.Equal(headerOf(got), []string{"NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE", "NOMINATED NODE", "READINESS GATES"}) {
 		t.Errorf("pods -o wide header %v", headerOf(got))
 	}
 	t.Logf("kubectl get pods -A -o wide\ntier:\n%s\napiserver:\n%s", got, want)
@@ -559,7 +539,7 @@ func TestTableJSON(t *testing.T) {
 				delete(want["metadata"].(map[string]any), "resourceVersion")
 				delete(got["metadata"].(map[string]any), "resourceVersion")
 			}
-			if gc != wc || !jsonEqual(got, want) {
+			if gc != wc || !marshalsEqual(got, want) {
 				g, _ := json.MarshalIndent(got, "", " ")
 				w, _ := json.MarshalIndent(want, "", " ")
 				t.Errorf("status %d, want %d\ntier:\n%s\napiserver:\n%s", gc, wc, clip(string(g)), clip(string(w)))
@@ -579,7 +559,7 @@ func TestTableJSON(t *testing.T) {
 	})
 }
 
-func jsonEqual(a, b any) bool {
+func marshalsEqual(a, b any) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
 	return bytes.Equal(x, y)
@@ -633,12 +613,12 @@ func TestTableWatchJSON(t *testing.T) {
 				}
 				return out
 			}
-			if !jsonEqual(cols(got), cols(want)) {
+			if !marshalsEqual(cols(got), cols(want)) {
 				t.Errorf("column definitions per event:\ntier:      %v\napiserver: %v", cols(got), cols(want))
 			}
 			// The initial events' order is the caches' own: compare them
 			// as a set of (type, table without columns).
-			if g, w := eventSet(got), eventSet(want); !slicesEqual(g, w) {
+			if g, w := eventSet(got), eventSet(want); !slices.Equal(g, w) {
 				t.Errorf("events differ\ntier:\n%s\napiserver:\n%s", clip(strings.Join(g, "\n")), clip(strings.Join(w, "\n")))
 			}
 		})
@@ -689,7 +669,7 @@ func TestKubectlTablesFollowTheCRD(t *testing.T) {
 	})
 	args := []string{"get", "wg", "-n", "ns-0", "-o", "wide"}
 	want := mustKubectl(t, env.CP.AdminKubeconfig, args...)
-	if !slicesEqual(headerOf(want), []string{"NAME", "SHADE", "BIGNESS"}) {
+	if !slices.Equal(headerOf(want), []string{"NAME", "SHADE", "BIGNESS"}) {
 		t.Fatalf("the apiserver does not print the new columns yet:\n%s", want)
 	}
 	for _, p := range tierPaths() {

@@ -2,6 +2,7 @@ package kubectl
 
 import (
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -51,13 +52,14 @@ func TestKubectlWatchListEnv(t *testing.T) {
 					}
 				}
 			}
-			// The table is compared by its NAME column until the tier
-			// renders the apiserver's columns (docs/differences.md).
+			// The table, cell for cell (ages normalized), as TestKubectlTables
+			// compares it.
 			want := kubectlEnv(t, environ, env.CP.AdminKubeconfig, args...)
 			for path, kubeconfig := range paths {
 				got := kubectlEnv(t, environ, kubeconfig, args...)
-				if got.err != nil || !equalStrings(tableNames(t, got.stdout), tableNames(t, want.stdout)) {
-					t.Fatalf("%s: table differs\ntier:\n%s\napiserver:\n%s", path, got, clip(want.stdout))
+				h := headerOf(want.stdout)
+				if g, w := tableCells(got.stdout, h), tableCells(want.stdout, h); got.err != nil || !slicesEqual2(g, w) {
+					t.Fatalf("%s: table differs\n%s\ntier:\n%s\napiserver:\n%s", path, firstDifference(g, w), got, clip(want.stdout))
 				}
 			}
 		})
@@ -96,10 +98,6 @@ func checkListedThroughTier(t *testing.T, path, log string) string {
 	return "LIST"
 }
 
-func equalStrings(a, b []string) bool {
-	return strings.Join(a, "\n") == strings.Join(b, "\n")
-}
-
 // TestKubectlWaitWatchList: the watch-list kubectl 1.37.1 really sends.
 // kubectl wait reads through client-go's reflector, whose WatchListClient
 // feature is on by default since 1.35: a watch with sendInitialEvents=true,
@@ -127,7 +125,7 @@ func TestKubectlWaitWatchList(t *testing.T) {
 			}
 			for path, kubeconfig := range paths {
 				got := kubectl(t, kubeconfig, append(c.args, "-v=6")...)
-				if (got.err != nil) != c.wantErr || !equalStrings(sortedLines(got.stdout), sortedLines(want.stdout)) {
+				if (got.err != nil) != c.wantErr || !slices.Equal(sortedLines(got.stdout), sortedLines(want.stdout)) {
 					t.Fatalf("%s: output differs\ntier:\n%s\napiserver:\n%s", path, got, want)
 				}
 				if c.wantErr && !strings.Contains(got.stderr, lastLine(want.stderr)) {
