@@ -102,14 +102,35 @@ func createCRD(t *testing.T, name string, props ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The apiserver publishes the group-version's OpenAPI shortly after
-	// the CRD is established.
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, body := upstreamGet(t, "/openapi/v3", mediaJSON)
-		return discoveryOf(t, body)["apis/"+testGroup+"/v1"] != "", nil
+	// The apiserver publishes the group-version's OpenAPI after the CRD is
+	// established, v3 and v2 separately and, for an update, possibly in
+	// more than one step: wait until both documents describe every
+	// property and have stayed the same for a second, so a test's
+	// "nothing changed" poll does not meet the tail of the publication.
+	gv := "apis/" + testGroup + "/v1"
+	var last string
+	stableSince := time.Now()
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, disc := upstreamGet(t, "/openapi/v3", mediaJSON)
+		url := discoveryOf(t, disc)[gv]
+		if url == "" {
+			return false, nil
+		}
+		_, v3 := upstreamGet(t, url, mediaJSON)
+		v2resp, v2 := upstreamGet(t, "/openapi/v2", mediaJSON)
+		for _, n := range props {
+			if !bytes.Contains(v3, []byte(`"the `+n+`"`)) || !bytes.Contains(v2, []byte(`"the `+n+`"`)) {
+				return false, nil
+			}
+		}
+		state := url + " " + v2resp.Header.Get("Etag")
+		if state != last {
+			last, stableSince = state, time.Now()
+		}
+		return time.Since(stableSince) >= time.Second, nil
 	})
 	if err != nil {
-		t.Fatalf("the apiserver never listed apis/%s/v1 in /openapi/v3: %v", testGroup, err)
+		t.Fatalf("the apiserver never published a settled OpenAPI for %s with %v: %v", gv, props, err)
 	}
 }
 
