@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,7 +126,7 @@ func TestOpenAPIAggregatorUnharmed(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("the aggregator has not loaded the tiers' OpenAPI after 2 minutes; its v3 discovery: %v", sortedKeys(after.v3))
+			t.Errorf("the aggregator has not loaded the tiers' OpenAPI after 2 minutes; its v3 discovery: %v", slices.Sorted(maps.Keys(after.v3)))
 			checkAggregatorLog(t)
 			return
 		}
@@ -201,15 +202,6 @@ func jsonEqual(a, b json.RawMessage) bool {
 		return false
 	}
 	return reflect.DeepEqual(x, y)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // explainCases run against the apiserver and a tier with identical output.

@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"path"
 	"regexp"
-	"sort"
 	"strings"
 	"time"
 
@@ -235,14 +234,4 @@ func groupDocuments(group, version string, upstreamV2, upstreamV3 []byte) (v2, v
 		"components": components,
 	})
 	return v2, v3, err
-}
-
-// sortedKeys lists m's keys in order (for logs).
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

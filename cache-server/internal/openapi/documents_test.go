@@ -2,9 +2,11 @@ package openapi
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,7 +15,7 @@ import (
 )
 
 func TestServedPaths(t *testing.T) {
-	got := sortedKeys(servedPaths([]schema.GroupVersion{{Version: "v1"}, {Group: "apps", Version: "v1"}, {Group: "apps", Version: "v1"}, {Group: "x.io", Version: "v2"}}))
+	got := slices.Sorted(maps.Keys(servedPaths([]schema.GroupVersion{{Version: "v1"}, {Group: "apps", Version: "v1"}, {Group: "apps", Version: "v1"}, {Group: "x.io", Version: "v2"}})))
 	want := []string{"api", "api/v1", "apis", "apis/apps", "apis/apps/v1", "apis/x.io", "apis/x.io/v2"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("servedPaths: %v, want %v", got, want)
@@ -112,8 +114,8 @@ func TestSchemaClosure(t *testing.T) {
 		"d": json.RawMessage(`{}`),
 	}
 	got, err := schemaClosure(schemas, "a")
-	if err != nil || strings.Join(sortedKeys(got), ",") != "a,b,c" {
-		t.Fatalf("closure: %v %v", sortedKeys(got), err)
+	if err != nil || strings.Join(slices.Sorted(maps.Keys(got)), ",") != "a,b,c" {
+		t.Fatalf("closure: %v %v", slices.Sorted(maps.Keys(got)), err)
 	}
 	schemas["c"] = json.RawMessage(`{"$ref":"#/definitions/missing"}`)
 	if _, err := schemaClosure(schemas, "a"); err == nil || !strings.Contains(err.Error(), "no schema missing") {

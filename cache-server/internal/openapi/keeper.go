@@ -20,7 +20,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -137,7 +139,7 @@ func (k *Keeper) Refresh(ctx context.Context) error {
 		for _, d := range s.v3 {
 			bytes += len(d.json) + len(d.proto)
 		}
-		k.opts.Log.Info("OpenAPI documents updated", "changed", changed, "v3Paths", sortedKeys(s.v3), "bytes", bytes)
+		k.opts.Log.Info("OpenAPI documents updated", "changed", changed, "v3Paths", slices.Sorted(maps.Keys(s.v3)), "bytes", bytes)
 	}
 	return nil
 }
@@ -255,7 +257,7 @@ func (k *Keeper) fetchV2(ctx context.Context, old document) (document, error) {
 // documents (and their Last-Modified).
 func (k *Keeper) buildGroup(next, old *snapshot) error {
 	var src []byte
-	for _, p := range sortedKeys(next.v3) {
+	for _, p := range slices.Sorted(maps.Keys(next.v3)) {
 		if p != "api" && p != "apis" && len(next.v3[p].json) > 0 {
 			src = next.v3[p].json
 			break
