@@ -125,6 +125,7 @@ func profile() v1alpha1.CacheProfileSpec {
 			{Version: "v1", Resource: "resourcequotas"},
 			{Version: "v1", Resource: "limitranges"},
 			{Group: "example.cachetier.io", Version: "v1", Resource: "widgets"},
+			{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"},
 		},
 	}
 }

@@ -172,14 +172,14 @@ func tableCommands(resource string, namespaced bool) [][]string {
 	return cmds
 }
 
-// TestKubectlTables: every built-in resource of the sample data and the
-// widgets CRD (printer columns Color, Size at priority 1, Age) print the
+// TestKubectlTables: every built-in resource of the sample data, the
+// cluster's APIServices (kube-aggregator's convertor) and the widgets CRD (printer columns Color, Size at priority 1, Age) print the
 // apiserver's table through every path, in every kubectl table form.
 func TestKubectlTables(t *testing.T) {
 	resources := []struct {
 		name       string
 		namespaced bool
-	}{{"pods", true}, {"configmaps", true}, {"secrets", true}, {"events", true}, {"widgets", true}, {"namespaces", false}}
+	}{{"pods", true}, {"configmaps", true}, {"secrets", true}, {"events", true}, {"widgets", true}, {"namespaces", false}, {"apiservices", false}}
 	for _, p := range tierPaths() {
 		t.Run(p.name, func(t *testing.T) {
 			for _, r := range resources {

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/rest"
+	apiregistrationinstall "k8s.io/kube-aggregator/pkg/apis/apiregistration/install"
+	apiserviceregistry "k8s.io/kube-aggregator/pkg/registry/apiservice/etcd"
 	admissionregistrationinstall "k8s.io/kubernetes/pkg/apis/admissionregistration/install"
 	apiserverinternalinstall "k8s.io/kubernetes/pkg/apis/apiserverinternal/install"
 	appsinstall "k8s.io/kubernetes/pkg/apis/apps/install"
@@ -66,7 +68,7 @@ func NewBuiltins() *Builtins {
 		coreinstall.Install, discoveryinstall.Install, eventsinstall.Install, flowcontrolinstall.Install,
 		lifecycleinstall.Install, networkinginstall.Install, nodeinstall.Install, policyinstall.Install,
 		rbacinstall.Install, resourceinstall.Install, schedulinginstall.Install, storageinstall.Install,
-		storagemigrationinstall.Install, apiextensionsinstall.Install,
+		storagemigrationinstall.Install, apiextensionsinstall.Install, apiregistrationinstall.Install,
 	} {
 		install(s)
 	}
@@ -90,6 +92,11 @@ func (b *Builtins) For(gvr schema.GroupVersionResource, kind string) Printer {
 	if gr == (schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}) {
 		// apiextensions-apiserver's own convertor, not a printer.
 		c = crdtable.New()
+	}
+	if gr == (schema.GroupResource{Group: "apiregistration.k8s.io", Resource: "apiservices"}) {
+		// kube-aggregator's own convertor (Service, Available), a method
+		// of its registry that reads nothing but the object.
+		c = &apiserviceregistry.REST{}
 	}
 	return &builtin{b: b, gr: gr, external: external, internal: internal.WithKind(kind), c: c}
 }

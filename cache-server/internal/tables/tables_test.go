@@ -229,6 +229,31 @@ func TestDefaultTableForRegistriesWithoutPrinter(t *testing.T) {
 	}
 }
 
+// TestAPIServiceTable: APIServices are printed by kube-aggregator's own
+// convertor (Service, Available), not the default one.
+func TestAPIServiceTable(t *testing.T) {
+	p := NewBuiltins().For(schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}, "APIService")
+	items := [][]byte{
+		[]byte(`{"kind":"APIService","apiVersion":"apiregistration.k8s.io/v1","metadata":{"name":"v1.","resourceVersion":"4","creationTimestamp":"2020-01-02T03:04:05Z"},"spec":{"version":"v1","groupPriorityMinimum":18000,"versionPriority":1},"status":{"conditions":[{"type":"Available","status":"True","lastTransitionTime":"2020-01-02T03:04:05Z","reason":"Local","message":"Local APIServices are always available"}]}}`),
+		[]byte(`{"kind":"APIService","apiVersion":"apiregistration.k8s.io/v1","metadata":{"name":"v1alpha1.x.example.io","resourceVersion":"5","creationTimestamp":"2020-01-02T03:04:05Z"},"spec":{"group":"x.example.io","version":"v1alpha1","service":{"namespace":"ns","name":"svc","port":443},"groupPriorityMinimum":100,"versionPriority":10},"status":{"conditions":[{"type":"Available","status":"False","lastTransitionTime":"2020-01-02T03:04:05Z","reason":"MissingEndpoints","message":"no endpoints"}]}}`),
+	}
+	got, err := p.Table(items, true, metav1.ListMeta{ResourceVersion: "6"}, v1Opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range got.ColumnDefinitions {
+		names = append(names, c.Name)
+	}
+	if !reflect.DeepEqual(names, []string{"Name", "Service", "Available", "Age"}) {
+		t.Fatalf("columns %v", names)
+	}
+	if len(got.Rows) != 2 || !reflect.DeepEqual(got.Rows[0].Cells[:3], []any{"v1.", "Local", "True"}) ||
+		!reflect.DeepEqual(got.Rows[1].Cells[:3], []any{"v1alpha1.x.example.io", "ns/svc", "False (MissingEndpoints)"}) || got.ResourceVersion != "6" {
+		t.Errorf("%+v", got)
+	}
+}
+
 func widgetCRD(cols ...apiextensionsv1.CustomResourceColumnDefinition) *apiextensionsv1.CustomResourceDefinition {
 	return &apiextensionsv1.CustomResourceDefinition{Spec: apiextensionsv1.CustomResourceDefinitionSpec{
 		Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", AdditionalPrinterColumns: cols}, {Name: "v2"}},
