@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/cachetier/cachetier/hack/imagebuild"
@@ -130,8 +131,17 @@ func TestNodeCluster(t *testing.T) {
 	if out := kubectl("exec", "-n", ns, pod.Name, "--", "/netcheck", "resolve", "netcheck.default.svc.cluster.local"); strings.TrimSpace(out) != svc.Spec.ClusterIP {
 		t.Fatalf("netcheck.default.svc resolves to %q in the pod, want %s", out, svc.Spec.ClusterIP)
 	}
-	if out := kubectl("exec", "-n", ns, pod.Name, "--", "/netcheck", "get", "http://netcheck.default.svc/"); !strings.Contains(out, "hello from "+pod.Name) {
-		t.Fatalf("pod to its own Service: %q", out)
+	// The pod is Ready before kube-proxy has its endpoint: the
+	// EndpointSlice controller and kube-proxy's next sync follow
+	// readiness, and until then the Service rejects ("no route to host",
+	// seen in CI on a loaded machine). Retry for as long as that takes.
+	var out []byte
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		out, err = c.RunKubectl(ctx, c.AdminKubeconfig, "exec", "-n", ns, pod.Name, "--", "/netcheck", "get", "http://netcheck.default.svc/")
+		return err == nil, nil
+	})
+	if err != nil || !strings.Contains(string(out), "hello from "+pod.Name) {
+		t.Fatalf("pod to its own Service: %v: %q", err, out)
 	}
 	// The host reaches the pod and the Service.
 	for _, url := range []string{"http://" + pod.Status.PodIP + ":8080/", "http://" + svc.Spec.ClusterIP + "/"} {
