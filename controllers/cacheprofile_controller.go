@@ -211,14 +211,23 @@ func (r *CacheProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if len(obs.SurplusShards) > 0 && shardsSettled(desired, obs) {
-		for _, name := range obs.SurplusShards {
-			if err := r.deleteSurplusShard(ctx, name); err != nil {
-				applyErrs = append(applyErrs, fmt.Sprintf("removing surplus shard %s: %v", name, err))
+	// drainWait > 0: only the time bound of frontDrained keeps the surplus
+	// shards; no event will say when it has passed, so come back then.
+	var drainWait time.Duration
+	if len(obs.SurplusShards) > 0 {
+		var settled bool
+		settled, drainWait = shardsSettled(desired, obs, now)
+		if !settled {
+			logger.V(1).Info("keeping surplus shards until the fleet has settled", "shards", obs.SurplusShards, "drainWait", drainWait)
+		} else {
+			for _, name := range obs.SurplusShards {
+				if err := r.deleteSurplusShard(ctx, name); err != nil {
+					applyErrs = append(applyErrs, fmt.Sprintf("removing surplus shard %s: %v", name, err))
+				}
 			}
+			r.event(&p, corev1.EventTypeNormal, "ShardsRemoved", "ScaleDown", fmt.Sprintf("removed %v: their hash shards are served by the remaining shards", obs.SurplusShards))
+			obs.SurplusShards = nil
 		}
-		r.event(&p, corev1.EventTypeNormal, "ShardsRemoved", "ScaleDown", fmt.Sprintf("removed %v: their hash shards are served by the remaining shards", obs.SurplusShards))
-		obs.SurplusShards = nil
 	}
 	if len(applyErrs) > 0 {
 		obs.ApplyError = fmt.Sprint(applyErrs)
@@ -230,7 +239,11 @@ func (r *CacheProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		// Retry with the controller's backoff; the status already says why.
 		return ctrl.Result{}, errors.New(obs.ApplyError)
 	}
-	return ctrl.Result{RequeueAfter: min(max(plan.NextRenewal.Sub(now), time.Second), maxRequeue)}, nil
+	requeue := min(max(plan.NextRenewal.Sub(now), time.Second), maxRequeue)
+	if drainWait > 0 {
+		requeue = min(requeue, drainWait)
+	}
+	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
 // ValidateSpec catches what the CRD schema cannot (or what a profile stored
@@ -387,18 +400,68 @@ func (r *CacheProfileReconciler) observe(ctx context.Context, p *cachev1alpha1.C
 // a finished rollout: obs comes from the informer cache, which right after
 // this reconcile's apply may still hold the previous Deployment, settled
 // on the previous topology.
-func shardsSettled(d *Desired, obs Observed) bool {
+//
+// A finished rollout is not yet enough either: see frontDrained. wait is
+// non-zero when only frontDrained's time bound is left.
+func shardsSettled(d *Desired, obs Observed, now time.Time) (settled bool, wait time.Duration) {
 	for _, want := range d.Shards {
 		s := obs.Shards[want.Name]
 		if s == nil || !sameConfig(&want.Spec.Template, &s.Spec.Template) ||
 			statefulSetRollingOut(s) || s.Status.ReadyReplicas < *s.Spec.Replicas {
-			return false
+			return false, 0
 		}
 	}
 	f := obs.Front
-	return f != nil && sameConfig(&d.Front.Spec.Template, &f.Spec.Template) &&
-		!deploymentRollingOut(f) && f.Status.AvailableReplicas >= *f.Spec.Replicas
+	if f == nil || !sameConfig(&d.Front.Spec.Template, &f.Spec.Template) ||
+		deploymentRollingOut(f) || f.Status.AvailableReplicas < *f.Spec.Replicas {
+		return false, 0
+	}
+	return frontDrained(f, now)
 }
+
+// frontDrained: no pod of an earlier front template is left. A rolled-out
+// Deployment counts only pods that are not terminating, but a replaced
+// front pod keeps serving through its preStop sleep and graceful shutdown
+// (FrontShutdownDelaySeconds and more) — with the previous topology. CI met
+// one such read of a shard removed under it ("connection refused").
+//
+// The Deployment reports its terminating pods in status.terminatingReplicas
+// (DeploymentReplicaSetTerminatingReplicas, beta and on by default since
+// Kubernetes 1.35); the status update that brings it to 0 triggers the next
+// reconcile. Older control planes leave it unset: then the bound is the
+// time the rollout completed (the Progressing condition's NewReplicaSetAvailable
+// update, set once the last old pod was deleted) plus the pods' termination
+// grace period, after which the kubelet has killed every old pod.
+func frontDrained(f *appsv1.Deployment, now time.Time) (bool, time.Duration) {
+	if t := f.Status.TerminatingReplicas; t != nil {
+		return *t == 0, 0
+	}
+	var completed time.Time
+	for _, c := range f.Status.Conditions {
+		if c.Type == appsv1.DeploymentProgressing && c.Reason == deploymentCompleteReason {
+			completed = c.LastUpdateTime.Time
+		}
+	}
+	if completed.IsZero() {
+		// No record of when the rollout ended (a Deployment without a
+		// progress deadline has no Progressing condition): nothing to
+		// count the grace period from, so trust the rollout.
+		return true, 0
+	}
+	grace := time.Duration(corev1.DefaultTerminationGracePeriodSeconds) * time.Second
+	if g := f.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = time.Duration(*g) * time.Second
+	}
+	if left := completed.Add(grace).Sub(now); left > 0 {
+		return false, left
+	}
+	return true, 0
+}
+
+// deploymentCompleteReason is the Progressing condition's reason once a
+// rollout has completed (k8s.io/kubernetes/pkg/controller/deployment/util
+// NewRSAvailableReason).
+const deploymentCompleteReason = "NewReplicaSetAvailable"
 
 // sameConfig: the observed pod template carries the desired rendered
 // configuration (AnnotationConfigHash).

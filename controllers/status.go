@@ -177,7 +177,7 @@ func ComputeStatus(in *cachev1alpha1.CacheProfile, opts Options, obs Observed, n
 	switch {
 	case len(obs.SurplusShards) > 0:
 		set(cachev1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonShardCountChanging,
-			"removing "+strings.Join(obs.SurplusShards, ", ")+" once every remaining shard is rolled out and ready")
+			"removing "+strings.Join(obs.SurplusShards, ", ")+" once every remaining shard is rolled out and ready and no replaced front pod is left")
 	case len(rolling) > 0:
 		set(cachev1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonRollingOut, "rolling out: "+strings.Join(rolling, ", "))
 	default:

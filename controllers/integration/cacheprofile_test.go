@@ -115,13 +115,21 @@ func (h *harness) markStatefulSet(t *testing.T, name string, ready int32) {
 
 func (h *harness) markFront(t *testing.T, available int32) {
 	t.Helper()
+	h.markFrontTerminating(t, available, 0)
+}
+
+// markFrontTerminating also reports pods of the previous template that are
+// still terminating, as the deployment controller does since 1.35.
+func (h *harness) markFrontTerminating(t *testing.T, available, terminating int32) {
+	t.Helper()
 	eventually(t, 10*time.Second, "front status", func() error {
 		var d appsv1.Deployment
 		if err := h.client.Get(context.Background(), key(workloadNamespace, profileName+"-front"), &d); err != nil {
 			return err
 		}
 		n := *d.Spec.Replicas
-		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: available, AvailableReplicas: available}
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: available, AvailableReplicas: available,
+			TerminatingReplicas: ptr.To(terminating)}
 		return h.client.Status().Update(context.Background(), &d)
 	})
 }
@@ -429,7 +437,14 @@ func TestCacheProfileLifecycle(t *testing.T) {
 		if err := h.conditionsAre(map[string]string{"Progressing": "True/ShardCountChanging"}); err != nil {
 			t.Fatal(err)
 		}
-		h.markFront(t, 2) // its topology changed
+		// Rolled out, but a replaced front pod still serves the 3-shard
+		// topology through its preStop sleep and shutdown.
+		h.markFrontTerminating(t, 2, 1)
+		time.Sleep(2 * time.Second)
+		if err := c.Get(ctx, key(workloadNamespace, "fleet-shard-2"), &appsv1.StatefulSet{}); err != nil {
+			t.Fatalf("surplus shard removed while a replaced front still terminated: %v", err)
+		}
+		h.markFront(t, 2) // the replaced fronts are gone
 		eventually(t, 20*time.Second, "surplus shard removed", func() error {
 			err := c.Get(ctx, key(workloadNamespace, "fleet-shard-2"), &appsv1.StatefulSet{})
 			if !apierrors.IsNotFound(err) {
