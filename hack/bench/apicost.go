@@ -16,33 +16,29 @@ package main
 //     over the reads minus the apiserver's idle CPU over the same time
 //     (its rate measured over a window as long, just before), divided by
 //     the reads; the ratio is against the apiserver's own LIST.
-//   - quietread: a writer renews a Lease every second (every real cluster
-//     has them); right after each renewal the bench sends one consistent
-//     read (LIST of a 50-object namespace, or GET of one of its objects,
-//     alternately) of the quiet ConfigMaps: to the apiserver, to the
-//     standalone tier and to the fleet's front. Each such read needs the
-//     tier to prove progress past the renewal's RV. Latency p50/p99 per
-//     server, and the apiserver's CPU per tier read (RV fetches and
-//     progress probes).
+//   - quietread (quietread.go): a writer renews a Lease every second
+//     (every real cluster has them); right after each renewal the bench
+//     starts one consistent read (LIST of a 50-object namespace, or GET of
+//     one of its objects, alternately) of the quiet ConfigMaps, without
+//     waiting for the previous one: to the apiserver, to the standalone
+//     tier and to the fleet's front. Each such read needs the tier to
+//     prove progress past the renewal's RV. Latency p50/p99 per server,
+//     the apiserver's CPU per tier read (RV fetches and progress probes),
+//     and each tier read placed against the apiserver's bookmark ticks.
 
 import (
 	"context"
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/cachetier/cachetier/api/v1alpha1"
@@ -54,6 +50,7 @@ type apiCostOptions struct {
 	apiLists  int // the apiserver's own LISTs
 	quietObjs int // quietread: ConfigMaps in the quiet namespace
 	quietIter int // quietread: reads per server
+	quietCold int // quietread: reads per tier after its progress probes stopped
 	settle    time.Duration
 }
 
@@ -92,6 +89,7 @@ func apiCostFlags() *apiCostOptions {
 	flag.IntVar(&a.apiLists, "apicost-api-lists", 20, "apicost: LISTs the apiserver serves itself (the denominator)")
 	flag.IntVar(&a.quietObjs, "quiet-objects", 50, "quietread: ConfigMaps in the quiet namespace")
 	flag.IntVar(&a.quietIter, "quiet-reads", 60, "quietread: consistent reads per server (one per Lease renewal, so about one per second)")
+	flag.IntVar(&a.quietCold, "quiet-cold-reads", 6, "quietread: then reads per tier each after 14 s without one (its progress probes stopped)")
 	// The tier keeps its progress probes going 10 s after the last read
 	// that needed one (upstream.probeLinger): let them end before the
 	// next window, so one scenario's probes do not count in the next.
@@ -258,7 +256,9 @@ func readAll(c *http.Client, u string) error {
 // separates the warm-up reads from the idle window: what they started in
 // the tier (progress probes linger 10 s after the last read that asked
 // for one) must not run during it, or their cost would be subtracted.
-func apiserverCPU(pid, n int, settle time.Duration, read func() error) (perCall, idlePerCall float64, lat []float64, err error) {
+// rewarm, when set, runs between the idle window and the measured calls
+// (its cost counts with theirs).
+func apiserverCPU(pid, n int, settle time.Duration, read, rewarm func() error) (perCall, idlePerCall float64, lat []float64, err error) {
 	if err := read(); err != nil { // warm-up (connections, caches)
 		return 0, 0, nil, err
 	}
@@ -270,6 +270,11 @@ func apiserverCPU(pid, n int, settle time.Duration, read func() error) (perCall,
 	time.Sleep(settle)
 	idlePerSecond := idleCPU(pid, expected)
 	c0 := cpuTicks(pid)
+	if rewarm != nil {
+		if err := rewarm(); err != nil {
+			return 0, 0, nil, err
+		}
+	}
 	start := time.Now()
 	for range n {
 		t0 := time.Now()
@@ -296,7 +301,7 @@ func runAPICost(ctx context.Context, o options, d dataset, a *apiCostOptions) er
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "bench: load average before %s\n", loadAvg())
-	apiList, apiIdle, _, err := apiserverCPU(env.apiPID, a.apiLists, a.settle, func() error { return readAll(apiClient, env.admin.Host+path) })
+	apiList, apiIdle, _, err := apiserverCPU(env.apiPID, a.apiLists, a.settle, func() error { return readAll(apiClient, env.admin.Host+path) }, nil)
 	if err != nil {
 		return err
 	}
@@ -318,7 +323,7 @@ func runAPICost(ctx context.Context, o options, d dataset, a *apiCostOptions) er
 			}
 			for _, rd := range []struct{ name, query string }{{"consistent", ""}, {"RV=0", "?resourceVersion=0"}} {
 				u := v.cfg.Host + path + rd.query
-				cpu, idle, lat, err := apiserverCPU(env.apiPID, a.tierReads, a.settle, func() error { return readAll(client, u) })
+				cpu, idle, lat, err := apiserverCPU(env.apiPID, a.tierReads, a.settle, func() error { return readAll(client, u) }, nil)
 				if err != nil {
 					return err
 				}
@@ -344,151 +349,3 @@ func runAPICost(ctx context.Context, o options, d dataset, a *apiCostOptions) er
 	}
 	return nil
 }
-
-// leaseWriter renews a Lease every second until stopped; each renewal's
-// completion is sent on renewed (dropped when nobody listens).
-type leaseWriter struct {
-	renewed chan struct{}
-	count   atomic.Int64
-	failed  atomic.Int64
-	stop    func()
-}
-
-func startLeaseWriter(ctx context.Context, kc kubernetes.Interface) (*leaseWriter, error) {
-	leases := kc.CoordinationV1().Leases(metav1.NamespaceDefault)
-	holder := "bench"
-	l, err := leases.Create(ctx, &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: "bench-writer"},
-		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, RenewTime: &metav1.MicroTime{Time: time.Now()}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	w := &leaseWriter{renewed: make(chan struct{})}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-			next, err := leases.Update(ctx, l, metav1.UpdateOptions{})
-			if err != nil {
-				w.failed.Add(1)
-				if cur, gerr := leases.Get(ctx, l.Name, metav1.GetOptions{}); gerr == nil {
-					l = cur
-				}
-				continue
-			}
-			l = next
-			w.count.Add(1)
-			select {
-			case w.renewed <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	w.stop = func() { cancel(); wg.Wait() }
-	return w, nil
-}
-
-func runQuietRead(ctx context.Context, o options, a *apiCostOptions) error {
-	d := dataset{name: "quiet", count: a.quietObjs, size: 1024}
-	env, tiers, ns, err := startSeededTiers(ctx, o, d)
-	if err != nil {
-		return err
-	}
-	defer env.cp.Stop()
-	writer, err := startLeaseWriter(ctx, env.kc)
-	if err != nil {
-		return err
-	}
-	defer writer.stop()
-	fmt.Fprintf(os.Stderr, "bench: load average before %s\n", loadAvg())
-	list := "/api/v1/namespaces/" + ns + "/configmaps"
-	type server struct {
-		name string
-		cfg  *rest.Config
-		tier *tierKind
-	}
-	servers := []server{{"kube-apiserver", env.admin, nil}}
-	for i, k := range tiers.kinds {
-		servers = append(servers, server{k.name, k.direct, &tiers.kinds[i]})
-	}
-	type result struct {
-		name             string
-		list, get        []float64
-		cpuPerRead, idle float64
-		requests         string // the tier's requests to the apiserver per read
-	}
-	var results []result
-	for _, s := range servers {
-		client, err := rest.HTTPClientFor(s.cfg)
-		if err != nil {
-			return err
-		}
-		r := result{name: s.name}
-		read := func(i int) error {
-			<-writer.renewed // etcd's revision just moved past what any read proved
-			u := s.cfg.Host + list
-			if i%2 == 1 {
-				u += "/cm-" + fmt.Sprintf("%06d", rand.IntN(d.count))
-			}
-			t0 := time.Now()
-			if err := readAll(client, u); err != nil {
-				return err
-			}
-			if i%2 == 1 {
-				r.get = append(r.get, ms(time.Since(t0)))
-			} else {
-				r.list = append(r.list, ms(time.Since(t0)))
-			}
-			return nil
-		}
-		var before map[string]float64
-		if s.tier != nil {
-			before = s.tier.upstreamCounters()
-		}
-		i := 0
-		// The CPU figure includes the Lease writer's own cost on both
-		// sides (the idle window runs the writer too), so it cancels out.
-		cpu, idle, _, err := apiserverCPU(env.apiPID, a.quietIter, a.settle, func() error { i++; return read(i) })
-		if err != nil {
-			return err
-		}
-		r.cpuPerRead, r.idle = cpu, idle
-		if s.tier != nil {
-			r.requests = counterDelta(before, s.tier.upstreamCounters(), float64(i))
-		}
-		results = append(results, r)
-		all := append(append([]float64(nil), r.list...), r.get...)
-		sort.Float64s(all)
-		fmt.Fprintf(os.Stderr, "bench: %s: every read, sorted (ms): %.0f\n", s.name, all)
-	}
-	fmt.Printf("consistent reads of a quiet resource (%d ConfigMaps), each right after a Lease renewal (one a second); %d reads per server; load average after %s\n", d.count, a.quietIter, loadAvg())
-	fmt.Printf("%-18s %10s %10s %10s %10s %10s %10s %18s\n", "server", "LIST p50", "LIST p99", "GET p50", "GET p99", "all p50", "all p99", "apiserver CPU/read")
-	for _, r := range results {
-		all := append(append([]float64(nil), r.list...), r.get...)
-		fmt.Printf("%-18s %10s %10s %10s %10s %10s %10s %18.3f\n", r.name, msStr(pct(r.list, 50)), msStr(pct(r.list, 99)), msStr(pct(r.get, 50)), msStr(pct(r.get, 99)),
-			msStr(pct(all, 50)), msStr(pct(all, 99)), r.cpuPerRead)
-	}
-	fmt.Println("targets for the tiers: p50 <= 600 ms, p99 <= 1300 ms (all reads)")
-	for _, r := range results {
-		if r.requests != "" {
-			fmt.Printf("%s: requests to the apiserver per read (summed over its processes): %s\n", r.name, r.requests)
-		}
-	}
-	if n := writer.failed.Load(); n > 0 {
-		fmt.Printf("lease writer: %d failed renewals\n", n)
-	}
-	return nil
-}
-
-func msStr(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " ms" }

@@ -103,7 +103,7 @@ func runProbeCost(ctx context.Context, o options, po probeCostOptions) error {
 			cpuMs, idleMs, lat, err := apiserverCPU(env.apiPID, po.requests, 0, func() error {
 				_, err := probeOnce(client, env.admin.Host+c.path+"?"+c.query)
 				return err
-			})
+			}, nil)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
