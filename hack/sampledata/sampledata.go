@@ -160,8 +160,14 @@ func createWidgetCRD(ctx context.Context, c apiextensionsclient.Interface) error
 	if _, err := c.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
 		return err
 	}
+	return WaitEstablished(ctx, c, crd.Name)
+}
+
+// WaitEstablished waits up to 30 s until the CRD name is Established: the
+// apiserver serves its resources from then on.
+func WaitEstablished(ctx context.Context, c apiextensionsclient.Interface, name string) error {
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := c.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		got, err := c.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}

@@ -33,6 +33,7 @@ import (
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	"github.com/cachetier/cachetier/hack/controlplane"
+	"github.com/cachetier/cachetier/hack/sampledata"
 )
 
 // One control plane for the package's tests.
@@ -89,18 +90,7 @@ func createCRD(t *testing.T, name string, props ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := c.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, cond := range got.Status.Conditions {
-			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	err = sampledata.WaitEstablished(ctx, c, crd.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
