@@ -31,6 +31,12 @@ type Object struct {
 	Fields map[string]string
 	// Raw is the JSON encoding as received from the apiserver.
 	Raw []byte
+	// Seq names this state of this object within its Store: set when the
+	// object is handed to the Store (Apply, Replace) and never reused
+	// there, so equal Seqs from one Store mean equal bytes; 0 for objects
+	// that did not come through a Store. Encoders key work they keep for
+	// later requests by it (package gzipchunks).
+	Seq uint64
 }
 
 // FieldSet is what field selectors match the object against: Fields plus

@@ -31,6 +31,8 @@ type Store struct {
 	// needing history for it.
 	mu     sync.RWMutex
 	shards []*Shard
+	// seq is the last Object.Seq handed out (under mu).
+	seq uint64
 }
 
 // New returns an empty store.
@@ -62,6 +64,7 @@ func (s *Store) Apply(ev Event) error {
 	owner := s.ShardFor(ev.Object.Key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.number(ev.Object)
 	if err := s.shards[owner].Apply(ev); err != nil {
 		return err
 	}
@@ -71,6 +74,16 @@ func (s *Store) Apply(ev Event) error {
 		}
 	}
 	return nil
+}
+
+// number gives o its Seq unless it has one (an object already stored,
+// handed in again, keeps it: readers may be looking at it). Called under
+// s.mu, before o is reachable by readers.
+func (s *Store) number(o *Object) {
+	if o.Seq == 0 {
+		s.seq++
+		o.Seq = s.seq
+	}
 }
 
 // MarkProgress records upstream progress (a bookmark) on every shard.
@@ -103,6 +116,9 @@ func (s *Store) Replace(objects []*Object, rv uint64) ([]Event, error) {
 		if a := sh.AppliedRV(); rv < a {
 			return nil, fmt.Errorf("%w: replace at RV %d, applied %d", ErrStaleEvent, rv, a)
 		}
+	}
+	for _, o := range objects {
+		s.number(o)
 	}
 	var events []Event
 	for i, sh := range s.shards {
