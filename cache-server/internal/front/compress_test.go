@@ -8,8 +8,11 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cachetier/cachetier/cache-server/internal/gzipchunks"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
 )
 
@@ -23,9 +26,29 @@ func TestStreamedListMatchesEncodeList(t *testing.T) {
 	bare := &store.Object{Key: "bench/bare", Raw: []byte(`{"kind":"ConfigMap","apiVersion":"v1"}`)}
 	cont := "tok"
 	meta := metav1.ListMeta{ResourceVersion: "7", Continue: cont}
-	for _, custom := range []bool{false, true} {
-		res.Entry.Custom = custom
-		for _, items := range [][]*store.Object{nil, {odd}, {bare, odd}, objs, objs[:2]} {
+	// With gzipChunks the second LIST of the same objects is written from
+	// the chunks the first kept; its body must be the same. The objects
+	// get Seqs as a Store gives them; a scope per resource, as New makes
+	// (the Custom switch below changes the bytes an object is written as).
+	for i, o := range append([]*store.Object{odd, bare}, objs...) {
+		o.Seq = uint64(i + 1)
+	}
+	chunkCounts := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "c"}, []string{"resource", "result"})
+	chunks := gzipchunks.New(0, gzipchunks.Metrics{
+		Chunks:    chunkCounts,
+		Bytes:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "b"}),
+		Evictions: prometheus.NewCounter(prometheus.CounterOpts{Name: "e"}),
+	})
+	for _, variant := range []struct {
+		custom, chunks bool
+	}{{false, false}, {true, false}, {false, true}, {true, true}} {
+		res.Entry.Custom = variant.custom
+		res.gzipChunks = nil
+		if variant.chunks {
+			res.gzipChunks = chunks.Scope("configmaps")
+		}
+		custom := variant.custom
+		for _, items := range [][]*store.Object{nil, {odd}, {bare, odd}, objs, objs[:2], objs} {
 			want, err := encodeList(res, encJSON, meta, items)
 			if err != nil {
 				t.Fatal(err)
@@ -68,6 +91,9 @@ func TestStreamedListMatchesEncodeList(t *testing.T) {
 				}
 			}
 		}
+	}
+	if hits := testutil.ToFloat64(chunkCounts.WithLabelValues("configmaps", "hit")); hits == 0 {
+		t.Error("no LIST was written from kept chunks")
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	encoding_ "github.com/cachetier/cachetier/cache-server/internal/encoding"
+	"github.com/cachetier/cachetier/cache-server/internal/gzipchunks"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
 )
 
@@ -437,6 +438,13 @@ func writeList(w http.ResponseWriter, r *http.Request, res *resource, enc encodi
 			return writeErrorAs(w, enc, err)
 		}
 		gz := acceptsGzip(r) && jsonListLonger(res, head, items, gzipThreshold)
+		if gz && res.gzipChunks != nil {
+			prefix := itemPrefix(res)
+			res.bodies.writeGzipList(w, res.gzipChunks, head, items, func(dst gzipchunks.ItemWriter, o *store.Object) {
+				writeItem(dst, res.Entry.Custom, prefix, o)
+			})
+			return http.StatusOK
+		}
 		dst, done := res.bodies.start(w, gz, enc)
 		writeJSONList(dst, res, head, items)
 		done()

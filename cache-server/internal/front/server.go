@@ -22,6 +22,7 @@ import (
 
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
 	encoding_ "github.com/cachetier/cachetier/cache-server/internal/encoding"
+	"github.com/cachetier/cachetier/cache-server/internal/gzipchunks"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/tables"
 	"github.com/cachetier/cachetier/cache-server/internal/watch"
@@ -44,6 +45,10 @@ type Options struct {
 	// ProtobufCacheBytes bounds the cache of protobuf encodings of stored
 	// objects (0: encoding.DefaultCacheBytes).
 	ProtobufCacheBytes int64
+	// ListGzipCacheBytes bounds the compressed LIST chunks kept for later
+	// LISTs of the same objects (package gzipchunks; 0: its default,
+	// negative: none kept, every gzipped LIST compressed whole).
+	ListGzipCacheBytes int64
 	// FreshnessTimeout bounds a consistent read's wait for the cache
 	// (504 after it, as the apiserver's watch cache does after 3s).
 	FreshnessTimeout time.Duration
@@ -87,8 +92,13 @@ type resource struct {
 	protobuf *encoding_.Protobuf
 	// bodies pools response writers (compression, streaming buffers);
 	// shared by all resources of the server.
-	bodies  *bodyWriters
-	printer tables.Printer
+	bodies *bodyWriters
+	// gzipChunks keeps the compressed chunks of the resource's gzipped
+	// JSON LISTs (nil: not kept). Only bodies of a Source's own stored
+	// objects use it: their Seqs name object states (see
+	// store.Object.Seq); a fleet front's objects come from shards.
+	gzipChunks *gzipchunks.Scope
+	printer    tables.Printer
 	// tableFailed records a Table that could not be built.
 	tableFailed func(error)
 	GVR         schema.GroupVersionResource
@@ -109,11 +119,20 @@ func New(opts Options) *Server {
 	}
 	pb := encoding_.NewProtobuf(budget, func(path string) { opts.Metrics.ProtobufConversions.WithLabelValues(path).Inc() })
 	bodies := newBodyWriters()
+	var chunks *gzipchunks.Cache
+	if opts.ListGzipCacheBytes >= 0 {
+		chunks = gzipchunks.New(opts.ListGzipCacheBytes, gzipchunks.Metrics{
+			Chunks: opts.Metrics.ListGzipChunks, Bytes: opts.Metrics.ListGzipBytes, Evictions: opts.Metrics.ListGzipEvictions,
+		})
+	}
 	var list []*resource
 	for _, r := range opts.Resources {
 		res := &resource{Resource: r, protobuf: pb, bodies: bodies, printer: r.Printer, GVR: r.Entry.Resource.GVR, APIResource: r.Entry.APIResource, label: r.Entry.Resource.String()}
 		if res.printer == nil {
 			res.printer = tables.Default(res.GVR.GroupResource())
+		}
+		if chunks != nil {
+			res.gzipChunks = chunks.Scope(res.label)
 		}
 		// The series exists from the start (at 0): dashboards and alerts
 		// see "no errors", not "no data".

@@ -41,6 +41,11 @@ type Metrics struct {
 	ProtobufConversions *prometheus.CounterVec // path: cached, plan, typed
 	TableErrors         *prometheus.CounterVec // resource: Tables (kubectl get) that could not be built
 
+	// Compressed LIST chunks kept between requests (package gzipchunks).
+	ListGzipChunks    *prometheus.CounterVec // resource, result: hit, miss
+	ListGzipBytes     prometheus.Gauge
+	ListGzipEvictions prometheus.Counter
+
 	OpenAPIRefreshes   *prometheus.CounterVec // result: unchanged, updated, error
 	OpenAPILastSuccess prometheus.Gauge       // Unix time of the last successful OpenAPI poll
 
@@ -221,6 +226,19 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_table_errors_total",
 		Help: "Table responses (kubectl get's server-side printing) that could not be built from stored objects, by resource; each is answered with an error Status and logged.",
 	}, []string{"resource"})
+	m.ListGzipChunks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_list_gzip_chunks_total",
+		Help: "Chunks of gzipped JSON LIST bodies, by resource and result: hit (its compressed bytes were kept from an earlier LIST of the same objects), miss (compressed now).",
+	}, []string{"resource", "result"})
+	m.ListGzipBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "cachetier_list_gzip_cache_bytes",
+		Help: "Bytes of compressed LIST chunks kept for later LISTs (bounded by --list-gzip-cache-bytes).",
+	})
+	m.ListGzipEvictions = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cachetier_list_gzip_cache_evictions_total",
+		Help: "Compressed LIST chunks dropped to stay within --list-gzip-cache-bytes (least recently used first).",
+	})
+	reg.MustRegister(m.ListGzipChunks, m.ListGzipBytes, m.ListGzipEvictions)
 	reg.MustRegister(m.AuthnConnCache, m.Impersonation, m.Goaways, m.MemoryReleased, m.ProtobufConversions, m.TableErrors)
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
 	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes, m.ProgressProbeBookmark,

@@ -58,6 +58,9 @@ type Config struct {
 	// ProtobufCacheBytes bounds the protobuf encodings kept for protobuf
 	// clients (0: encoding.DefaultCacheBytes).
 	ProtobufCacheBytes int64
+	// ListGzipCacheBytes bounds the compressed LIST chunks kept for later
+	// LISTs (front.Options.ListGzipCacheBytes).
+	ListGzipCacheBytes int64
 }
 
 // LoadProfile reads a CacheProfile manifest and applies the defaults the
@@ -177,7 +180,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	api := front.New(front.Options{
 		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, PathPrefix: prefix,
-		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, OpenAPI: docs,
+		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, ListGzipCacheBytes: cfg.ListGzipCacheBytes, OpenAPI: docs,
 	})
 	return serving.Run(ctx, serving.Config{
 		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: kc, PathPrefix: prefix,

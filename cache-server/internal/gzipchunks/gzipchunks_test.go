@@ -1,0 +1,400 @@
+package gzipchunks
+
+import (
+	"bufio"
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cachetier/cachetier/cache-server/internal/store"
+)
+
+func TestCRCCombine(t *testing.T) {
+	x2n := newX2nTable()
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{0, 1, 2, 3, 7, 64, 1000, 65536, 1 << 20} {
+		a := make([]byte, r.IntN(5000))
+		b := make([]byte, n)
+		for i := range a {
+			a[i] = byte(r.Uint32())
+		}
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		want := crc32.ChecksumIEEE(append(append([]byte{}, a...), b...))
+		if got := crcCombine(crc32.ChecksumIEEE(a), crc32.ChecksumIEEE(b), x2n.shiftOp(int64(n))); got != want {
+			t.Errorf("len(a)=%d len(b)=%d: combined %08x, want %08x", len(a), n, got, want)
+		}
+	}
+}
+
+func newMetrics() Metrics {
+	return Metrics{
+		Chunks:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chunks"}, []string{"resource", "result"}),
+		Bytes:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "bytes"}),
+		Evictions: prometheus.NewCounter(prometheus.CounterOpts{Name: "evictions"}),
+	}
+}
+
+// object is a stored object of about size bytes; fill picks its payload
+// (compressible or not).
+func object(name string, rv uint64, size int, fill func([]byte)) *store.Object {
+	payload := make([]byte, size)
+	fill(payload)
+	raw := fmt.Appendf(nil, `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":%q,"namespace":"ns","resourceVersion":"%d"},"data":{"p":%q}}`, name, rv, payload)
+	return &store.Object{Key: "ns/" + name, Namespace: "ns", Name: name, RV: rv, Raw: raw}
+}
+
+func xs(b []byte) {
+	for i := range b {
+		b[i] = 'x'
+	}
+}
+
+func newStore(t testing.TB, n, size int, fill func([]byte)) (*store.Store, uint64) {
+	t.Helper()
+	st, err := store.New(store.Options{Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := make([]*store.Object, n)
+	for i := range objs {
+		objs[i] = object(fmt.Sprintf("cm-%06d", i), 1, size, fill)
+	}
+	if _, err := st.Replace(objs, 1); err != nil {
+		t.Fatal(err)
+	}
+	return st, 1
+}
+
+func listItems(t testing.TB, st *store.Store, req store.ListRequest) []*store.Object {
+	t.Helper()
+	res, err := st.List(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Items
+}
+
+func writeItem(dst ItemWriter, o *store.Object) { _, _ = dst.Write(o.Raw) }
+
+// plain is the uncompressed body Writer must produce.
+func plain(head string, items []*store.Object, tail string) []byte {
+	var b bytes.Buffer
+	b.WriteString(head)
+	for i, o := range items {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(o.Raw)
+	}
+	b.WriteString(tail)
+	return b.Bytes()
+}
+
+// body writes a gzip body of items through s and returns it.
+func body(t testing.TB, s *Scope, head string, items []*store.Object, tail string) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	bw := bufio.NewWriter(&out)
+	w := s.NewWriter(bw)
+	_, _ = w.Write([]byte(head))
+	w.Items(items, writeItem)
+	_, _ = w.Write([]byte(tail))
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = bw.Flush()
+	return out.Bytes()
+}
+
+// gunzip decompresses with the standard library, as client-go's transport
+// does, and fails on a bad stream or checksum.
+func gunzip(t testing.TB, b []byte) []byte {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr.Multistream(false)
+	got, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("gunzip: %v", err)
+	}
+	if rest, _ := io.ReadAll(zr); len(rest) != 0 {
+		t.Fatalf("%d bytes after the gzip member", len(rest))
+	}
+	return got
+}
+
+func TestBodiesFromCachedChunks(t *testing.T) {
+	m := newMetrics()
+	c := New(0, m)
+	s := c.Scope("configmaps")
+	st, rv := newStore(t, 3000, 1024, xs)
+	all := listItems(t, st, store.ListRequest{})
+	head, tail := `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[`, `]}`
+
+	first := body(t, s, head, all, tail)
+	if got, want := gunzip(t, first), plain(head, all, tail); !bytes.Equal(got, want) {
+		t.Fatalf("cold body decompresses to %d bytes, want the %d of the plain body", len(got), len(want))
+	}
+	misses := testutil.ToFloat64(m.Chunks.WithLabelValues("configmaps", "miss"))
+	if misses < 20 || c.Len() != int(misses) {
+		t.Fatalf("cold body: %v misses, %d entries; want ~3000/%d chunks, all kept", misses, c.Len(), chunkItems)
+	}
+
+	// The same objects again: every chunk from the cache, the same bytes.
+	second := body(t, s, head, all, tail)
+	if !bytes.Equal(first, second) {
+		t.Fatalf("warm body differs from the cold one")
+	}
+	if hits := testutil.ToFloat64(m.Chunks.WithLabelValues("configmaps", "hit")); hits != misses {
+		t.Fatalf("warm body: %v hits, want %v", hits, misses)
+	}
+
+	// Change, add and delete objects: only their chunks are compressed
+	// again, and the body is the new plain one.
+	for i, name := range []string{"cm-000100", "cm-001500", "cm-002999"} {
+		rv++
+		if err := st.Apply(store.Event{Type: store.Modified, Object: object(name, rv, 900+i, xs), RV: rv}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rv++
+	if err := st.Apply(store.Event{Type: store.Added, Object: object("cm-000500a", rv, 10, xs), RV: rv}); err != nil {
+		t.Fatal(err)
+	}
+	rv++
+	if err := st.Apply(store.Event{Type: store.Deleted, Object: all[2000], RV: rv}); err != nil {
+		t.Fatal(err)
+	}
+	all = listItems(t, st, store.ListRequest{})
+	before := testutil.ToFloat64(m.Chunks.WithLabelValues("configmaps", "miss"))
+	if got, want := gunzip(t, body(t, s, head, all, tail)), plain(head, all, tail); !bytes.Equal(got, want) {
+		t.Fatalf("body after changes differs from the plain one")
+	}
+	if again := testutil.ToFloat64(m.Chunks.WithLabelValues("configmaps", "miss")) - before; again < 1 || again > 10 {
+		t.Fatalf("5 changes compressed %v chunks again, want a few", again)
+	}
+
+	// Other ranges (a page, a range starting mid-chunk) share chunks and
+	// are right too.
+	for _, req := range []store.ListRequest{{Limit: 500}, {StartKeyExclusive: "ns/cm-000777", Limit: 900}, {StartKeyExclusive: "ns/cm-002990"}} {
+		items := listItems(t, st, req)
+		for range 2 {
+			if got, want := gunzip(t, body(t, s, head, items, tail)), plain(head, items, tail); !bytes.Equal(got, want) {
+				t.Fatalf("%+v: body differs from the plain one", req)
+			}
+		}
+	}
+	if c.Bytes() <= 0 || testutil.ToFloat64(m.Bytes) != float64(c.Bytes()) {
+		t.Fatalf("cache bytes %d, gauge %v", c.Bytes(), testutil.ToFloat64(m.Bytes))
+	}
+}
+
+func TestEmptyAndUnnumbered(t *testing.T) {
+	c := New(0, newMetrics())
+	s := c.Scope("r")
+	if got := gunzip(t, body(t, s, `{"items":[`, nil, `]}`)); string(got) != `{"items":[]}` {
+		t.Fatalf("empty list: %q", got)
+	}
+	// Objects that never went through a Store have no Seq: written, not
+	// kept.
+	items := []*store.Object{object("a", 1, 100, xs), object("b", 1, 100, xs)}
+	for range 2 {
+		if got, want := gunzip(t, body(t, s, `[`, items, `]`)), plain(`[`, items, `]`); !bytes.Equal(got, want) {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+	}
+	if c.Len() != 0 {
+		t.Fatalf("%d entries for objects without Seq", c.Len())
+	}
+}
+
+func TestIncompressibleChunksAreNotKept(t *testing.T) {
+	c := New(0, newMetrics())
+	r := rand.New(rand.NewPCG(3, 4))
+	st, _ := newStore(t, 300, 2048, func(b []byte) {
+		for i := range b {
+			b[i] = 'a' + byte(r.IntN(26))
+		}
+	})
+	// Random letters compress to ~5/8: below the bound of 1/2, so not kept.
+	items := listItems(t, st, store.ListRequest{})
+	if got, want := gunzip(t, body(t, c.Scope("r"), `[`, items, `]`)), plain(`[`, items, `]`); !bytes.Equal(got, want) {
+		t.Fatal("body differs from the plain one")
+	}
+	if c.Len() != 0 {
+		t.Fatalf("%d incompressible chunks kept", c.Len())
+	}
+}
+
+func TestBudgetEvictsLeastRecentlyUsed(t *testing.T) {
+	m := newMetrics()
+	c := New(64<<10, m)
+	s := c.Scope("r")
+	st, _ := newStore(t, 4000, 1024, xs)
+	items := listItems(t, st, store.ListRequest{})
+	for range 3 {
+		if got, want := gunzip(t, body(t, s, `[`, items, `]`)), plain(`[`, items, `]`); !bytes.Equal(got, want) {
+			t.Fatal("body differs from the plain one")
+		}
+		if c.Bytes() > 64<<10 {
+			t.Fatalf("cache holds %d bytes, budget %d", c.Bytes(), 64<<10)
+		}
+	}
+	if testutil.ToFloat64(m.Evictions) == 0 {
+		t.Fatal("no evictions with a budget smaller than the list")
+	}
+}
+
+// A client that goes away mid-body: Close reports it, and no chunk cut
+// short is kept for the next body.
+func TestWriteErrorKeepsNothingBroken(t *testing.T) {
+	c := New(0, newMetrics())
+	s := c.Scope("r")
+	st, _ := newStore(t, 2000, 1024, xs)
+	items := listItems(t, st, store.ListRequest{})
+	gone := errors.New("client gone")
+	w := s.NewWriter(&failAfter{n: 5000, err: gone})
+	_, _ = w.Write([]byte(`[`))
+	w.Items(items, writeItem)
+	_, _ = w.Write([]byte(`]`))
+	if err := w.Close(); !errors.Is(err, gone) {
+		t.Fatalf("Close = %v, want the write error", err)
+	}
+	if got, want := gunzip(t, body(t, s, `[`, items, `]`)), plain(`[`, items, `]`); !bytes.Equal(got, want) {
+		t.Fatal("body after a failed one differs from the plain one")
+	}
+}
+
+type failAfter struct {
+	n   int
+	err error
+}
+
+func (f *failAfter) Write(p []byte) (int, error) {
+	if len(p) > f.n {
+		n := f.n
+		f.n = 0
+		return n, f.err
+	}
+	f.n -= len(p)
+	return len(p), nil
+}
+
+// FuzzBodies drives a store through changes and reads of ranges from the
+// fuzzer's bytes; every body must decompress to its plain form.
+func FuzzBodies(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 200, 17, 99, 4})
+	f.Add(bytes.Repeat([]byte{7, 250}, 40))
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		c := New(32<<10, newMetrics())
+		s := c.Scope("r")
+		st, rv := newStore(t, 400, 200, xs)
+		for i := 0; i+1 < len(ops); i += 2 {
+			op, arg := ops[i], int(ops[i+1])
+			name := fmt.Sprintf("cm-%06d", arg*2)
+			rv++
+			switch op % 4 {
+			case 0: // modify or add
+				typ := store.Added
+				if arg*2 < 400 {
+					typ = store.Modified
+				}
+				if err := st.Apply(store.Event{Type: typ, Object: object(name, rv, arg, xs), RV: rv}); err != nil {
+					t.Skip(err) // an add of a key that exists: not what is tested
+				}
+			case 1: // delete
+				if o, _, _ := st.Get("ns/"+name, 0); o != nil {
+					if err := st.Apply(store.Event{Type: store.Deleted, Object: o, RV: rv}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			default: // read a range
+				items := listItems(t, st, store.ListRequest{StartKeyExclusive: fmt.Sprintf("ns/cm-%06d", arg), Limit: int64(op)})
+				if got, want := gunzip(t, body(t, s, `[`, items, `]`)), plain(`[`, items, `]`); !bytes.Equal(got, want) {
+					t.Fatalf("op %d: body differs from the plain one", i/2)
+				}
+			}
+		}
+	})
+}
+
+// Every kept run must decode on its own (no back-reference into bytes
+// before it: another body has other bytes there) to exactly the chunk it
+// stands for — here the chunks are of objects that differ from one another,
+// and the chunks' neighbours change between the bodies.
+func TestRunsDecodeAlone(t *testing.T) {
+	c := New(0, newMetrics())
+	s := c.Scope("r")
+	r := rand.New(rand.NewPCG(5, 6))
+	words := []string{"alpha", "beta", "gamma", "delta", "epsilon", "zeta"}
+	st, rv := newStore(t, 2000, 300, func(b []byte) {
+		for i := 0; i < len(b); {
+			i += copy(b[i:], words[r.IntN(len(words))])
+		}
+	})
+	items := listItems(t, st, store.ListRequest{})
+	// A head over 128 bytes (the compressor resets itself after flushing
+	// less) that the first item could refer back to.
+	head := `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"1","continue":"eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MSwic3RhcnQiOiJjbS0wMDAwMDBcdTAwMDAifQ"},"items":[{"kind":"ConfigMap","apiVersion":"v1",`
+	_ = body(t, s, head, items, `]`)
+	// Change every 50th object, so most chunks' neighbours changed.
+	for i := 0; i < len(items); i += 50 {
+		rv++
+		if err := st.Apply(store.Event{Type: store.Modified, Object: object(items[i].Name, rv, 17, xs), RV: rv}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	items = listItems(t, st, store.ListRequest{})
+	if got, want := gunzip(t, body(t, s, head, items, `]`)), plain(head, items, `]`); !bytes.Equal(got, want) {
+		t.Fatal("body after changes differs from the plain one")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for el := c.lru.Front(); el != nil; el = el.Next() {
+		e := el.Value.(*entry)
+		// A final empty stored block after the run's sync flush.
+		run := append(bytes.Clone(e.run), 1, 0, 0, 0xff, 0xff)
+		got, err := io.ReadAll(flateReader(run))
+		if err != nil {
+			t.Fatalf("run of %d objects from Seq %d does not decode alone: %v", e.key.n, e.key.first, err)
+		}
+		if int64(len(got)) != e.size || crc32.ChecksumIEEE(got) != e.crc {
+			t.Fatalf("run of %d objects from Seq %d decodes to %d bytes (crc %08x), kept as %d (crc %08x)", e.key.n, e.key.first, len(got), crc32.ChecksumIEEE(got), e.size, e.crc)
+		}
+	}
+}
+
+// Fresh bytes after a cached run must not refer back to what the
+// compressor saw before it: a tail that repeats a long head is where it
+// would (the compressor forgets on its own what it flushed under 128
+// bytes).
+func TestFreshBytesAfterRuns(t *testing.T) {
+	c := New(0, newMetrics())
+	s := c.Scope("r")
+	st, _ := newStore(t, 500, 1024, xs)
+	items := listItems(t, st, store.ListRequest{})
+	end, _ := chunkEnd(items, 0)
+	items = items[:end] // one chunk: the tail follows the run
+	head := `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"12345678","continue":"eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MSwic3RhcnQiOiJjbS0wMDAwMDBcdTAwMDAifQ"},"items":[`
+	tail := `],"tail":` + head + `]}`
+	for range 2 {
+		if got, want := gunzip(t, body(t, s, head, items, tail)), plain(head, items, tail); !bytes.Equal(got, want) {
+			t.Fatal("body differs from the plain one")
+		}
+	}
+}
+
+func flateReader(b []byte) io.Reader { return flate.NewReader(bytes.NewReader(b)) }
