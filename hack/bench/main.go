@@ -278,6 +278,17 @@ func run(ctx context.Context, o options) error {
 				}
 			}
 		}
+		// After the LISTs: what serving them left resident (the tier's
+		// kept compressed chunks, see package gzipchunks; garbage not yet
+		// collected on both sides).
+		apiServed, tierServed := rss(apiPID), rssAll(t.pids)
+		kept := math.NaN()
+		if o.fleet == 0 {
+			if kept, err = metricValue(t.cfg, "cachetier_list_gzip_cache_bytes"); err != nil {
+				t.stop()
+				return err
+			}
+		}
 		t.stop()
 		perObj := float64(jsonBytes) / float64(d.count)
 		label := fmt.Sprintf("%s (%d x %s)", d.name, d.count, human(d.size))
@@ -290,6 +301,9 @@ func run(ctx context.Context, o options) error {
 			row{label, "paginated total p50, client gunzips all", "ms", res[0].decodedPagedP50, res[1].decodedPagedP50},
 			row{label, "resident bytes per object", "B", float64(int64(apiAfter)-int64(apiBefore)) / float64(d.count), float64(int64(tierRSS)-int64(baseRSS[d.resource])) / float64(d.count)},
 			row{label, "object JSON size", "B", perObj, perObj},
+			row{label, "full LIST body on the wire (gzip)", "KiB", res[0].wireBytes / 1024, res[1].wireBytes / 1024},
+			row{label, "resident bytes per object after the LISTs", "B", float64(int64(apiServed)-int64(apiBefore)) / float64(d.count), float64(int64(tierServed)-int64(baseRSS[d.resource])) / float64(d.count)},
+			row{label, "compressed LIST chunks kept per object", "B", math.NaN(), kept / float64(d.count)},
 		)
 		if o.fleet > 0 {
 			rows = append(rows, fleetMemoryRows(label, t, tierEach, baseEach[d.resource], float64(int64(apiAfter)-int64(apiBefore)), jsonBytes)...)
@@ -441,6 +455,8 @@ func listSize(ctx context.Context, kc kubernetes.Interface, ns, resource string)
 
 type measure struct {
 	p50, p99, cpuPerList, pagedP50 float64
+	// wireBytes is the last full LIST's body as sent (gzip).
+	wireBytes float64
 	// The same with a client that decompresses every byte with Go's
 	// compress/gzip, as client-go and kubectl do.
 	decodedP50, decodedPagedP50 float64
@@ -452,6 +468,7 @@ func measureServer(cfg *rest.Config, pids []int, path string, o options, count i
 	if err != nil {
 		return m, err
 	}
+	var wire int64
 	list := func(q string, decodeAll bool) (string, error) {
 		req, _ := http.NewRequest(http.MethodGet, cfg.Host+path+q, nil)
 		req.Header.Set("Accept", "application/json")
@@ -467,6 +484,8 @@ func measureServer(cfg *rest.Config, pids []int, path string, o options, count i
 			b, _ := io.ReadAll(resp.Body)
 			return "", fmt.Errorf("%s%s: %d %s", cfg.Host, path, resp.StatusCode, b)
 		}
+		wire = 0
+		resp.Body = countingBody{resp.Body, &wire}
 		return readPage(resp, decodeAll)
 	}
 	full := func(decodeAll bool) ([]float64, error) {
@@ -510,6 +529,7 @@ func measureServer(cfg *rest.Config, pids []int, path string, o options, count i
 		return m, err
 	}
 	cpu1 := cpuTicksAll(pids)
+	m.wireBytes = float64(wire)
 	m.p50, m.p99 = pct(lat, 50), pct(lat, 99)
 	m.cpuPerList = float64(cpu1-cpu0) * 1000 / clkTck / float64(o.iterations)
 	paged, err := walks(false)
@@ -526,6 +546,18 @@ func measureServer(cfg *rest.Config, pids []int, path string, o options, count i
 	}
 	m.decodedPagedP50 = pct(paged, 50)
 	return m, nil
+}
+
+// countingBody counts the bytes read from a response body.
+type countingBody struct {
+	io.ReadCloser
+	n *int64
+}
+
+func (c countingBody) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	*c.n += int64(n)
+	return n, err
 }
 
 // clkTck is USER_HZ, 100 on every Linux architecture Go supports here.
@@ -859,6 +891,32 @@ func saveTierMemory(cfg *rest.Config, name string, collect bool) error {
 		fmt.Fprintf(os.Stderr, "bench: wrote %s\n", file)
 	}
 	return nil
+}
+
+// metricValue is the value of an unlabelled series on the tier's /metrics.
+func metricValue(cfg *rest.Config, name string) (float64, error) {
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := client.Get(cfg.Host + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != 200 {
+		return 0, fmt.Errorf("/metrics: %d %s", resp.StatusCode, body)
+	}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("/metrics has no %s", name)
 }
 
 func decodeJSON(r io.Reader, v any) error {
