@@ -8,12 +8,17 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/cachetier/cachetier/cache-server/internal/catalog"
 	"github.com/cachetier/cachetier/cache-server/internal/gzipchunks"
+	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
+	"github.com/cachetier/cachetier/cache-server/internal/upstream"
 )
 
 // The streamed JSON list is byte for byte the body encodeList builds, and
@@ -128,6 +133,26 @@ func TestJSONListLonger(t *testing.T) {
 			if got := jsonListLonger(res, head, objs[:k], n); got != (size > n) {
 				t.Errorf("%d items (%d bytes), n=%d: %v", k, size, n, got)
 			}
+		}
+	}
+}
+
+// The chunk counters exist at 0 for every resource, kept chunks or not
+// (a fleet's front keeps none): the dashboard's panel shows no hits rather
+// than no data.
+func TestListGzipChunkSeriesFromTheStart(t *testing.T) {
+	for _, budget := range []int64{0, -1} {
+		m := metrics.New(prometheus.NewRegistry())
+		gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+		New(Options{
+			Resources: []Resource{{Entry: catalog.Entry{
+				Resource:    upstream.Resource{GVR: gvr, Kind: "ConfigMap", Namespaced: true},
+				APIResource: metav1.APIResource{Name: "configmaps", Kind: "ConfigMap", Namespaced: true},
+			}}},
+			Metrics: m, Log: logr.Discard(), ListGzipCacheBytes: budget,
+		})
+		if n := testutil.CollectAndCount(m.ListGzipChunks); n != 2 {
+			t.Errorf("budget %d: %d chunk series, want hit and miss", budget, n)
 		}
 	}
 }

@@ -134,6 +134,11 @@ func New(opts Options) *Server {
 		if chunks != nil {
 			res.gzipChunks = chunks.Scope(res.label)
 		}
+		// At 0 from the start even where no chunks are kept (a fleet's
+		// front): the dashboard shows "no hits", not "no data".
+		for _, result := range []string{"hit", "miss"} {
+			opts.Metrics.ListGzipChunks.WithLabelValues(res.label, result)
+		}
 		// The series exists from the start (at 0): dashboards and alerts
 		// see "no errors", not "no data".
 		tableErrors := opts.Metrics.TableErrors.WithLabelValues(res.label)
