@@ -94,9 +94,9 @@ type resource struct {
 	// shared by all resources of the server.
 	bodies *bodyWriters
 	// gzipChunks keeps the compressed chunks of the resource's gzipped
-	// JSON LISTs (nil: not kept). Only bodies of a Source's own stored
-	// objects use it: their Seqs name object states (see
-	// store.Object.Seq); a fleet front's objects come from shards.
+	// JSON LISTs (nil: not kept). Only a LocalSource's objects use it:
+	// their Seqs name states of objects of one Store (store.Object.Seq);
+	// a fleet front's objects come from shards.
 	gzipChunks *gzipchunks.Scope
 	printer    tables.Printer
 	// tableFailed records a Table that could not be built.
@@ -131,7 +131,10 @@ func New(opts Options) *Server {
 		if res.printer == nil {
 			res.printer = tables.Default(res.GVR.GroupResource())
 		}
-		if chunks != nil {
+		// Kept chunks are keyed by Seqs, which are unique within one
+		// Store: only a Source reading its own Store for the life of the
+		// Server qualifies.
+		if _, own := r.Source.(LocalSource); own && chunks != nil {
 			res.gzipChunks = chunks.Scope(res.label)
 		}
 		// At 0 from the start even where no chunks are kept (a fleet's

@@ -297,6 +297,7 @@ func (ww *watchWriter) writeEvent(o watch.Out) error {
 		cp := *obj
 		cp.Raw = raw
 		cp.RV = o.RV
+		cp.Seq = 0 // other bytes: not the stored state the Seq names
 		obj = &cp
 	}
 	if ww.enc.isProtobuf() {

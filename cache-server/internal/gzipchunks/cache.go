@@ -99,12 +99,15 @@ func (c *Cache) Scope(resource string) *Scope {
 	}
 }
 
-// entryKey finds a chunk's candidate entry: its scope, first object and
-// length. The Seqs are compared in full before the entry is used.
+// entryKey finds a chunk's candidate entry: its scope, first and last
+// objects and length. The Seqs are compared in full before the entry is
+// used. With the last Seq in the key, the same range read at two
+// snapshots (a client paging through an older state while objects
+// change) keeps two entries instead of each evicting the other.
 type entryKey struct {
-	scope *Scope
-	first uint64
-	n     int
+	scope       *Scope
+	first, last uint64
+	n           int
 }
 
 // entry is one compressed chunk. It is immutable once in the cache;

@@ -398,3 +398,142 @@ func TestFreshBytesAfterRuns(t *testing.T) {
 }
 
 func flateReader(b []byte) io.Reader { return flate.NewReader(bytes.NewReader(b)) }
+
+// Readers list ranges while a writer changes objects, within a budget
+// that evicts: every body is its plain form (run with -race).
+func TestConcurrentReadersAndChanges(t *testing.T) {
+	c := New(256<<10, newMetrics())
+	s := c.Scope("r")
+	st, rv := newStore(t, 3000, 700, xs)
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	for r := range 4 {
+		go func() {
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				req := store.ListRequest{StartKeyExclusive: fmt.Sprintf("ns/cm-%06d", (i*337+r*911)%3000), Limit: int64(200 + r*300)}
+				res, err := st.List(req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				var out bytes.Buffer
+				w := s.NewWriter(&out)
+				_, _ = w.Write([]byte(`[`))
+				w.Items(res.Items, writeItem)
+				_, _ = w.Write([]byte(`]`))
+				if err := w.Close(); err != nil {
+					errs <- err
+					return
+				}
+				zr, err := gzip.NewReader(&out)
+				if err != nil {
+					errs <- err
+					return
+				}
+				got, err := io.ReadAll(zr)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !bytes.Equal(got, plain(`[`, res.Items, `]`)) {
+					errs <- fmt.Errorf("reader %d, %+v: body differs from the plain one", r, req)
+					return
+				}
+			}
+		}()
+	}
+	for i := range 400 {
+		rv++
+		if err := st.Apply(store.Event{Type: store.Modified, Object: object(fmt.Sprintf("cm-%06d", (i*7919)%3000), rv, 500+i%300, xs), RV: rv}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.Bytes() > 256<<10 {
+		t.Fatalf("cache holds %d bytes, budget %d", c.Bytes(), 256<<10)
+	}
+}
+
+// A client gone at any point, with chunks kept and not: Close reports it,
+// what is left is not compressed for nobody, and the next body is right.
+func TestClientGoneAnywhere(t *testing.T) {
+	m := newMetrics()
+	c := New(0, m)
+	s := c.Scope("r")
+	st, rv := newStore(t, 2000, 1024, xs)
+	items := listItems(t, st, store.ListRequest{})
+	chunks := 0
+	for start := 0; start < len(items); chunks++ {
+		start, _ = chunkEnd(items, start)
+	}
+	gone := errors.New("client gone")
+	size := len(body(t, s, `[`, items, `]`))
+	for _, at := range []int{1, 10, 100, size / 10, size / 4, size / 2, size * 3 / 4, size - 20} {
+		// Half the chunks kept, half not.
+		for i := 0; i < len(items); i += 120 {
+			rv++
+			if err := st.Apply(store.Event{Type: store.Modified, Object: object(items[i].Name, rv, 1000+at%7, xs), RV: rv}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		items = listItems(t, st, store.ListRequest{})
+		before := testutil.ToFloat64(m.Chunks.WithLabelValues("r", "miss")) + testutil.ToFloat64(m.Chunks.WithLabelValues("r", "hit"))
+		w := s.NewWriter(&failAfter{n: at, err: gone})
+		_, _ = w.Write([]byte(`[`))
+		w.Items(items, writeItem)
+		_, _ = w.Write([]byte(`]`))
+		if err := w.Close(); !errors.Is(err, gone) {
+			t.Fatalf("gone after %d bytes: Close = %v, want the write error", at, err)
+		}
+		if done := testutil.ToFloat64(m.Chunks.WithLabelValues("r", "miss")) + testutil.ToFloat64(m.Chunks.WithLabelValues("r", "hit")) - before; at <= size/2 && done >= float64(chunks) {
+			t.Fatalf("gone after %d bytes: still wrote all %v chunks", at, done)
+		}
+		if got, want := gunzip(t, body(t, s, `[`, items, `]`)), plain(`[`, items, `]`); !bytes.Equal(got, want) {
+			t.Fatalf("gone after %d bytes: the next body differs from the plain one", at)
+		}
+	}
+}
+
+// The same range at two states (a client paging through an older
+// snapshot while objects change) keeps an entry for each instead of each
+// evicting the other.
+func TestTwoStatesOfARangeBothKept(t *testing.T) {
+	m := newMetrics()
+	c := New(0, m)
+	s := c.Scope("r")
+	numbered := func(seqs ...uint64) []*store.Object {
+		var out []*store.Object
+		for i, seq := range seqs {
+			o := object(fmt.Sprintf("cm-%d", i), seq, 2000, xs)
+			o.Seq = seq
+			if boundary(seq) {
+				t.Fatalf("Seq %d ends a chunk: pick another", seq)
+			}
+			out = append(out, o)
+		}
+		return out
+	}
+	older, newer := numbered(1, 2, 3), numbered(1, 2, 4)
+	for _, items := range [][]*store.Object{older, newer, older, newer} {
+		if got, want := gunzip(t, body(t, s, `[`, items, `]`)), plain(`[`, items, `]`); !bytes.Equal(got, want) {
+			t.Fatal("body differs from the plain one")
+		}
+	}
+	if c.Len() != 2 {
+		t.Fatalf("%d entries, want one per state", c.Len())
+	}
+	if hits := testutil.ToFloat64(m.Chunks.WithLabelValues("r", "hit")); hits != 2 {
+		t.Fatalf("%v hits, want the second read of each state", hits)
+	}
+}

@@ -33,7 +33,7 @@ func boundary(seq uint64) bool {
 // gzipHeader is compress/gzip's header at level 1 (no name, no time, XFL
 // 4 = fastest, OS unknown): the bytes kube-apiserver's responses start
 // with.
-var gzipHeader = [10]byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 255}
+const gzipHeader = "\x1f\x8b\x08\x00\x00\x00\x00\x00\x04\xff"
 
 // ItemWriter is where an item is written (a *bufio.Writer).
 type ItemWriter interface {
@@ -53,6 +53,7 @@ type Writer struct {
 	// pending: fresh bytes were compressed since fw was last flushed.
 	pending bool
 	items   *bufio.Writer // a chunk's items on their way to fw
+	comma   [1]byte       // ",", written between chunks
 }
 
 // sink is where the compressor's output goes: the response, and while a
@@ -95,21 +96,22 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 // written to it as they are, fresh output in blocks of a few KiB). Close
 // must be called, whatever happened, to return the writer's buffers.
 func (s *Scope) NewWriter(dst io.Writer) *Writer {
-	w := &Writer{s: s, fw: s.c.deflaters.Get().(*flate.Writer), out: sink{dst: dst}}
+	w := &Writer{s: s, fw: s.c.deflaters.Get().(*flate.Writer), out: sink{dst: dst}, comma: [1]byte{','}}
 	w.fw.Reset(&w.out)
-	_, _ = w.out.Write(gzipHeader[:])
+	_, _ = io.WriteString(&w.out, gzipHeader)
 	return w
 }
 
 // Write compresses fresh bytes (a list's head and tail): never cached.
 func (w *Writer) Write(p []byte) (int, error) {
+	if w.out.err != nil {
+		return 0, w.out.err
+	}
 	w.crc = crc32.Update(w.crc, crc32.IEEETable, p)
 	w.size += int64(len(p))
 	w.pending = true
 	return w.fw.Write(p)
 }
-
-var comma = []byte{','}
 
 // Items writes items joined by commas, each by write, in chunks that are
 // taken from the cache when an earlier body kept them for exactly these
@@ -120,7 +122,7 @@ func (w *Writer) Items(items []*store.Object, write func(dst ItemWriter, o *stor
 	for start := 0; start < len(items); {
 		end, keep := chunkEnd(items, start)
 		if start > 0 {
-			_, _ = w.Write(comma)
+			_, _ = w.Write(w.comma[:])
 		}
 		w.chunk(items[start:end], keep, write)
 		start = end
@@ -149,7 +151,10 @@ func chunkEnd(items []*store.Object, start int) (int, bool) {
 // reset compressor.
 func (w *Writer) chunk(items []*store.Object, keep bool, write func(dst ItemWriter, o *store.Object)) {
 	c := w.s.c
-	key := entryKey{scope: w.s, first: items[0].Seq, n: len(items)}
+	if w.out.err != nil {
+		return // the client is gone: nothing more to compress
+	}
+	key := entryKey{scope: w.s, first: items[0].Seq, last: items[len(items)-1].Seq, n: len(items)}
 	if keep {
 		if e := c.lookup(key, func(i int) uint64 { return items[i].Seq }); e != nil {
 			w.s.hits.Inc()

@@ -77,8 +77,10 @@ func (s *Store) Apply(ev Event) error {
 }
 
 // number gives o its Seq unless it has one (an object already stored,
-// handed in again, keeps it: readers may be looking at it). Called under
-// s.mu, before o is reachable by readers.
+// handed in again, keeps it: readers may be looking at it). Objects come
+// from this Store's ingester, never from another Store, so a Seq found
+// here is this Store's own. Called under s.mu, before o is reachable by
+// readers.
 func (s *Store) number(o *Object) {
 	if o.Seq == 0 {
 		s.seq++
