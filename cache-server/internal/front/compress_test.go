@@ -137,22 +137,31 @@ func TestJSONListLonger(t *testing.T) {
 	}
 }
 
-// The chunk counters exist at 0 for every resource, kept chunks or not
-// (a fleet's front keeps none): the dashboard's panel shows no hits rather
+// Chunks are kept for a LocalSource's resources unless the budget is
+// negative, never for another Source (a fleet's front: its items come from
+// shards, their Seqs are not its own). The chunk counters exist at 0 for
+// every resource either way: the dashboard's panel shows no hits rather
 // than no data.
-func TestListGzipChunkSeriesFromTheStart(t *testing.T) {
-	for _, budget := range []int64{0, -1} {
+func TestListGzipChunksForOwnStoresOnly(t *testing.T) {
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	for _, c := range []struct {
+		source Source
+		budget int64
+		kept   bool
+	}{{LocalSource{}, 0, true}, {LocalSource{}, -1, false}, {nil, 0, false}} {
 		m := metrics.New(prometheus.NewRegistry())
-		gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-		New(Options{
-			Resources: []Resource{{Entry: catalog.Entry{
+		s := New(Options{
+			Resources: []Resource{{Source: c.source, Entry: catalog.Entry{
 				Resource:    upstream.Resource{GVR: gvr, Kind: "ConfigMap", Namespaced: true},
 				APIResource: metav1.APIResource{Name: "configmaps", Kind: "ConfigMap", Namespaced: true},
 			}}},
-			Metrics: m, Log: logr.Discard(), ListGzipCacheBytes: budget,
+			Metrics: m, Log: logr.Discard(), ListGzipCacheBytes: c.budget,
 		})
+		if kept := s.resources[gvr].gzipChunks != nil; kept != c.kept {
+			t.Errorf("source %T, budget %d: chunks kept %v, want %v", c.source, c.budget, kept, c.kept)
+		}
 		if n := testutil.CollectAndCount(m.ListGzipChunks); n != 2 {
-			t.Errorf("budget %d: %d chunk series, want hit and miss", budget, n)
+			t.Errorf("source %T, budget %d: %d chunk series, want hit and miss", c.source, c.budget, n)
 		}
 	}
 }

@@ -119,12 +119,7 @@ func New(opts Options) *Server {
 	}
 	pb := encoding_.NewProtobuf(budget, func(path string) { opts.Metrics.ProtobufConversions.WithLabelValues(path).Inc() })
 	bodies := newBodyWriters()
-	var chunks *gzipchunks.Cache
-	if opts.ListGzipCacheBytes >= 0 {
-		chunks = gzipchunks.New(opts.ListGzipCacheBytes, gzipchunks.Metrics{
-			Chunks: opts.Metrics.ListGzipChunks, Bytes: opts.Metrics.ListGzipBytes, Evictions: opts.Metrics.ListGzipEvictions,
-		})
-	}
+	var chunks *gzipchunks.Cache // made for the first resource that keeps chunks
 	var list []*resource
 	for _, r := range opts.Resources {
 		res := &resource{Resource: r, protobuf: pb, bodies: bodies, printer: r.Printer, GVR: r.Entry.Resource.GVR, APIResource: r.Entry.APIResource, label: r.Entry.Resource.String()}
@@ -133,8 +128,14 @@ func New(opts Options) *Server {
 		}
 		// Kept chunks are keyed by Seqs, which are unique within one
 		// Store: only a Source reading its own Store for the life of the
-		// Server qualifies.
-		if _, own := r.Source.(LocalSource); own && chunks != nil {
+		// Server qualifies (not a fleet's front, whose items come from
+		// shards).
+		if _, own := r.Source.(LocalSource); own && opts.ListGzipCacheBytes >= 0 {
+			if chunks == nil {
+				chunks = gzipchunks.New(opts.ListGzipCacheBytes, gzipchunks.Metrics{
+					Chunks: opts.Metrics.ListGzipChunks, Bytes: opts.Metrics.ListGzipBytes, Evictions: opts.Metrics.ListGzipEvictions,
+				})
+			}
 			res.gzipChunks = chunks.Scope(res.label)
 		}
 		// At 0 from the start even where no chunks are kept (a fleet's

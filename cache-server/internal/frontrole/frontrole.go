@@ -107,9 +107,6 @@ func Run(ctx context.Context, cfg Config) error {
 	api := front.New(front.Options{
 		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, PathPrefix: prefix,
 		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, OpenAPI: docs,
-		// A front's LISTs stream the shards' items (no stored objects to
-		// key compressed chunks by): nothing to keep.
-		ListGzipCacheBytes: -1,
 	})
 	if cfg.ProbeListener != nil {
 		go serving.Probes(ctx, cfg.ProbeListener, reg, func() error {
