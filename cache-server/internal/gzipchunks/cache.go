@@ -180,16 +180,3 @@ func (c *Cache) removeLocked(el *list.Element) {
 	c.used -= e.cost()
 	c.metrics.Bytes.Set(float64(c.used))
 }
-
-// Len and Bytes report the cache's content (tests, metrics).
-func (c *Cache) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.lru.Len()
-}
-
-func (c *Cache) Bytes() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.used
-}

@@ -117,6 +117,15 @@ func body(t testing.TB, s *Scope, head string, items []*store.Object, tail strin
 	return out.Bytes()
 }
 
+// checkBody writes a body of items through s and fails unless it
+// decompresses to the plain body; format and args say which body.
+func checkBody(t testing.TB, s *Scope, head string, items []*store.Object, tail string, format string, args ...any) {
+	t.Helper()
+	if got, want := gunzip(t, body(t, s, head, items, tail)), plain(head, items, tail); !bytes.Equal(got, want) {
+		t.Fatalf("%s: decompresses to %d bytes that differ from the %d of the plain body", fmt.Sprintf(format, args...), len(got), len(want))
+	}
+}
+
 // gunzip decompresses with the standard library, as client-go's transport
 // does, and fails on a bad stream or checksum.
 func gunzip(t testing.TB, b []byte) []byte {
@@ -149,8 +158,8 @@ func TestBodiesFromCachedChunks(t *testing.T) {
 		t.Fatalf("cold body decompresses to %d bytes, want the %d of the plain body", len(got), len(want))
 	}
 	misses := testutil.ToFloat64(m.Chunks.WithLabelValues("configmaps", "miss"))
-	if misses < 20 || c.Len() != int(misses) {
-		t.Fatalf("cold body: %v misses, %d entries; want ~3000/%d chunks, all kept", misses, c.Len(), chunkItems)
+	if misses < 20 || cacheLen(c) != int(misses) {
+		t.Fatalf("cold body: %v misses, %d entries; want ~3000/%d chunks, all kept", misses, cacheLen(c), chunkItems)
 	}
 
 	// The same objects again: every chunk from the cache, the same bytes.
@@ -180,9 +189,7 @@ func TestBodiesFromCachedChunks(t *testing.T) {
 	}
 	all = listItems(t, st, store.ListRequest{})
 	before := testutil.ToFloat64(m.Chunks.WithLabelValues("configmaps", "miss"))
-	if got, want := gunzip(t, body(t, s, head, all, tail)), plain(head, all, tail); !bytes.Equal(got, want) {
-		t.Fatalf("body after changes differs from the plain one")
-	}
+	checkBody(t, s, head, all, tail, "after changes")
 	if again := testutil.ToFloat64(m.Chunks.WithLabelValues("configmaps", "miss")) - before; again < 1 || again > 10 {
 		t.Fatalf("5 changes compressed %v chunks again, want a few", again)
 	}
@@ -192,13 +199,11 @@ func TestBodiesFromCachedChunks(t *testing.T) {
 	for _, req := range []store.ListRequest{{Limit: 500}, {StartKeyExclusive: "ns/cm-000777", Limit: 900}, {StartKeyExclusive: "ns/cm-002990"}} {
 		items := listItems(t, st, req)
 		for range 2 {
-			if got, want := gunzip(t, body(t, s, head, items, tail)), plain(head, items, tail); !bytes.Equal(got, want) {
-				t.Fatalf("%+v: body differs from the plain one", req)
-			}
+			checkBody(t, s, head, items, tail, "%+v", req)
 		}
 	}
-	if c.Bytes() <= 0 || testutil.ToFloat64(m.Bytes) != float64(c.Bytes()) {
-		t.Fatalf("cache bytes %d, gauge %v", c.Bytes(), testutil.ToFloat64(m.Bytes))
+	if cacheBytes(c) <= 0 || testutil.ToFloat64(m.Bytes) != float64(cacheBytes(c)) {
+		t.Fatalf("cache bytes %d, gauge %v", cacheBytes(c), testutil.ToFloat64(m.Bytes))
 	}
 }
 
@@ -212,12 +217,10 @@ func TestEmptyAndUnnumbered(t *testing.T) {
 	// kept.
 	items := []*store.Object{object("a", 1, 100, xs), object("b", 1, 100, xs)}
 	for range 2 {
-		if got, want := gunzip(t, body(t, s, `[`, items, `]`)), plain(`[`, items, `]`); !bytes.Equal(got, want) {
-			t.Fatalf("got %q, want %q", got, want)
-		}
+		checkBody(t, s, `[`, items, `]`, "objects without Seq")
 	}
-	if c.Len() != 0 {
-		t.Fatalf("%d entries for objects without Seq", c.Len())
+	if cacheLen(c) != 0 {
+		t.Fatalf("%d entries for objects without Seq", cacheLen(c))
 	}
 }
 
@@ -234,8 +237,8 @@ func TestIncompressibleChunksAreNotKept(t *testing.T) {
 	if got, want := gunzip(t, body(t, c.Scope("r"), `[`, items, `]`)), plain(`[`, items, `]`); !bytes.Equal(got, want) {
 		t.Fatal("body differs from the plain one")
 	}
-	if c.Len() != 0 {
-		t.Fatalf("%d incompressible chunks kept", c.Len())
+	if cacheLen(c) != 0 {
+		t.Fatalf("%d incompressible chunks kept", cacheLen(c))
 	}
 }
 
@@ -246,11 +249,9 @@ func TestBudgetEvictsLeastRecentlyUsed(t *testing.T) {
 	st, _ := newStore(t, 4000, 1024, xs)
 	items := listItems(t, st, store.ListRequest{})
 	for range 3 {
-		if got, want := gunzip(t, body(t, s, `[`, items, `]`)), plain(`[`, items, `]`); !bytes.Equal(got, want) {
-			t.Fatal("body differs from the plain one")
-		}
-		if c.Bytes() > 64<<10 {
-			t.Fatalf("cache holds %d bytes, budget %d", c.Bytes(), 64<<10)
+		checkBody(t, s, `[`, items, `]`, "body")
+		if cacheBytes(c) > 64<<10 {
+			t.Fatalf("cache holds %d bytes, budget %d", cacheBytes(c), 64<<10)
 		}
 	}
 	if testutil.ToFloat64(m.Evictions) == 0 {
@@ -273,9 +274,7 @@ func TestWriteErrorKeepsNothingBroken(t *testing.T) {
 	if err := w.Close(); !errors.Is(err, gone) {
 		t.Fatalf("Close = %v, want the write error", err)
 	}
-	if got, want := gunzip(t, body(t, s, `[`, items, `]`)), plain(`[`, items, `]`); !bytes.Equal(got, want) {
-		t.Fatal("body after a failed one differs from the plain one")
-	}
+	checkBody(t, s, `[`, items, `]`, "the body after a failed one")
 }
 
 type failAfter struct {
@@ -323,9 +322,7 @@ func FuzzBodies(f *testing.F) {
 				}
 			default: // read a range
 				items := listItems(t, st, store.ListRequest{StartKeyExclusive: fmt.Sprintf("ns/cm-%06d", arg), Limit: int64(op)})
-				if got, want := gunzip(t, body(t, s, `[`, items, `]`)), plain(`[`, items, `]`); !bytes.Equal(got, want) {
-					t.Fatalf("op %d: body differs from the plain one", i/2)
-				}
+				checkBody(t, s, `[`, items, `]`, "op %d", i/2)
 			}
 		}
 	})
@@ -358,9 +355,7 @@ func TestRunsDecodeAlone(t *testing.T) {
 		}
 	}
 	items = listItems(t, st, store.ListRequest{})
-	if got, want := gunzip(t, body(t, s, head, items, `]`)), plain(head, items, `]`); !bytes.Equal(got, want) {
-		t.Fatal("body after changes differs from the plain one")
-	}
+	checkBody(t, s, head, items, `]`, "after changes")
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for el := c.lru.Front(); el != nil; el = el.Next() {
@@ -391,9 +386,7 @@ func TestFreshBytesAfterRuns(t *testing.T) {
 	head := `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"12345678","continue":"eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MSwic3RhcnQiOiJjbS0wMDAwMDBcdTAwMDAifQ"},"items":[`
 	tail := `],"tail":` + head + `]}`
 	for range 2 {
-		if got, want := gunzip(t, body(t, s, head, items, tail)), plain(head, items, tail); !bytes.Equal(got, want) {
-			t.Fatal("body differs from the plain one")
-		}
+		checkBody(t, s, head, items, tail, "body")
 	}
 }
 
@@ -460,8 +453,8 @@ func TestConcurrentReadersAndChanges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if c.Bytes() > 256<<10 {
-		t.Fatalf("cache holds %d bytes, budget %d", c.Bytes(), 256<<10)
+	if cacheBytes(c) > 256<<10 {
+		t.Fatalf("cache holds %d bytes, budget %d", cacheBytes(c), 256<<10)
 	}
 }
 
@@ -499,9 +492,7 @@ func TestClientGoneAnywhere(t *testing.T) {
 		if done := testutil.ToFloat64(m.Chunks.WithLabelValues("r", "miss")) + testutil.ToFloat64(m.Chunks.WithLabelValues("r", "hit")) - before; at <= size/2 && done >= float64(chunks) {
 			t.Fatalf("gone after %d bytes: still wrote all %v chunks", at, done)
 		}
-		if got, want := gunzip(t, body(t, s, `[`, items, `]`)), plain(`[`, items, `]`); !bytes.Equal(got, want) {
-			t.Fatalf("gone after %d bytes: the next body differs from the plain one", at)
-		}
+		checkBody(t, s, `[`, items, `]`, "the body after one gone after %d bytes", at)
 	}
 }
 
@@ -526,14 +517,25 @@ func TestTwoStatesOfARangeBothKept(t *testing.T) {
 	}
 	older, newer := numbered(1, 2, 3), numbered(1, 2, 4)
 	for _, items := range [][]*store.Object{older, newer, older, newer} {
-		if got, want := gunzip(t, body(t, s, `[`, items, `]`)), plain(`[`, items, `]`); !bytes.Equal(got, want) {
-			t.Fatal("body differs from the plain one")
-		}
+		checkBody(t, s, `[`, items, `]`, "body")
 	}
-	if c.Len() != 2 {
-		t.Fatalf("%d entries, want one per state", c.Len())
+	if cacheLen(c) != 2 {
+		t.Fatalf("%d entries, want one per state", cacheLen(c))
 	}
 	if hits := testutil.ToFloat64(m.Chunks.WithLabelValues("r", "hit")); hits != 2 {
 		t.Fatalf("%v hits, want the second read of each state", hits)
 	}
+}
+
+// cacheLen and cacheBytes are the cache's entries and accounted bytes.
+func cacheLen(c *Cache) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len()
+}
+
+func cacheBytes(c *Cache) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.used
 }
