@@ -22,9 +22,22 @@ type response struct {
 	body        []byte
 	retryAfter  string
 	contentType string // media type without parameters
+	encoding    string // Content-Encoding
 }
 
 func get(t *testing.T, cfg *rest.Config, path string, q url.Values, accept string) response {
+	t.Helper()
+	h := http.Header{}
+	if accept != "" {
+		h.Set("Accept", accept)
+	}
+	return getWith(t, cfg, path, q, h)
+}
+
+// getWith is get with the request's headers. A client that sets
+// Accept-Encoding itself gets the body as sent (Go's transport only
+// decompresses what it asked for).
+func getWith(t *testing.T, cfg *rest.Config, path string, q url.Values, header http.Header) response {
 	t.Helper()
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -35,9 +48,7 @@ func get(t *testing.T, cfg *rest.Config, path string, q url.Values, accept strin
 		u += "?" + q.Encode()
 	}
 	req, _ := http.NewRequest(http.MethodGet, u, nil)
-	if accept != "" {
-		req.Header.Set("Accept", accept)
-	}
+	req.Header = header
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", u, err)
@@ -48,7 +59,7 @@ func get(t *testing.T, cfg *rest.Config, path string, q url.Values, accept strin
 		t.Fatal(err)
 	}
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	return response{code: resp.StatusCode, body: body, retryAfter: resp.Header.Get("Retry-After"), contentType: ct}
+	return response{code: resp.StatusCode, body: body, retryAfter: resp.Header.Get("Retry-After"), contentType: ct, encoding: resp.Header.Get("Content-Encoding")}
 }
 
 // listView is the comparable part of a list answer.

@@ -51,30 +51,32 @@ func testLargeListBodies(t *testing.T) {
 		}
 	}
 	path := "/api/v1/namespaces/" + ns + "/configmaps"
+	// A fleet's front keeps no chunks (its items come from the shards).
+	keeps := e.name == "standalone"
 	hits := func() float64 {
-		if e.name != "standalone" {
-			return 0 // a front streams the shards' items: no chunks kept
+		if !keeps {
+			return 0
 		}
-		return chunkHits(t, e.tierAdmin)
+		return chunkHits(t)
 	}
 	compare := func(round string) {
 		t.Helper()
-		compareGzipItems(t, round, path, "", "")
+		compareGzipItems(t, round, path, nil, nil)
 		// Pages (ranges that start and end inside chunks), each server
 		// continuing with its own token.
-		wq, gq := "limit=150", "limit=150"
+		wq, gq := query("limit", "150"), query("limit", "150")
 		for {
 			wc, gc := compareGzipItems(t, round+", page", path, wq, gq)
 			if wc == "" {
 				break
 			}
-			wq, gq = "limit=150&continue="+url.QueryEscape(wc), "limit=150&continue="+url.QueryEscape(gc)
+			wq, gq = query("limit", "150", "continue", wc), query("limit", "150", "continue", gc)
 		}
 	}
 	compare("first LIST")
 	before := hits()
 	compare("the same LIST again")
-	if e.name == "standalone" && hits() <= before {
+	if keeps && hits() <= before {
 		t.Fatalf("the second LIST of unchanged objects took no chunk from the tier's cache (hits %v -> %v)", before, hits())
 	}
 	for i := 10; i < 200; i += 40 {
@@ -100,7 +102,7 @@ func testLargeListBodies(t *testing.T) {
 // to the apiserver, gq to the tier: the same but for their own continue
 // tokens) and compares the items byte for byte. It returns the
 // apiserver's and the tier's continue tokens.
-func compareGzipItems(t *testing.T, round, path, wq, gq string) (string, string) {
+func compareGzipItems(t *testing.T, round, path string, wq, gq url.Values) (string, string) {
 	t.Helper()
 	type list struct {
 		Metadata struct {
@@ -110,9 +112,9 @@ func compareGzipItems(t *testing.T, round, path, wq, gq string) (string, string)
 	}
 	var lists [2]list
 	var gzipped [2]bool
-	q := gq
+	q := gq.Encode()
 	for i, cfg := range []*rest.Config{testEnv.admin, testEnv.tierAdmin} {
-		body, gz := getGzip(t, cfg, path, []string{wq, gq}[i])
+		body, gz := getGzip(t, cfg, path, []url.Values{wq, gq}[i])
 		gzipped[i] = gz
 		if err := json.Unmarshal(body, &lists[i]); err != nil {
 			t.Fatalf("%s: %s?%s: %v", round, path, q, err)
@@ -139,77 +141,41 @@ func compareGzipItems(t *testing.T, round, path, wq, gq string) (string, string)
 	return lists[0].Metadata.Continue, lists[1].Metadata.Continue
 }
 
-// getGzip GETs path?q asking for gzip itself (so Go's transport leaves
-// the body compressed) and returns the decompressed body and whether it
-// was compressed.
-func getGzip(t *testing.T, cfg *rest.Config, path, q string) ([]byte, bool) {
+// getGzip GETs path?q asking for gzip itself and returns the
+// decompressed body and whether it was compressed.
+func getGzip(t *testing.T, cfg *rest.Config, path string, q url.Values) ([]byte, bool) {
 	t.Helper()
-	client, err := rest.HTTPClientFor(cfg)
+	r := getWith(t, cfg, path, q, http.Header{"Accept": {"application/json"}, "Accept-Encoding": {"gzip"}})
+	if r.code != http.StatusOK {
+		t.Fatalf("GET %s?%s: %d %s", path, q.Encode(), r.code, r.body)
+	}
+	if r.encoding != "gzip" {
+		return r.body, false
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(r.body))
 	if err != nil {
-		t.Fatal(err)
-	}
-	u := cfg.Host + path
-	if q != "" {
-		u += "?" + q
-	}
-	req, _ := http.NewRequest(http.MethodGet, u, nil)
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("Accept-Encoding", "gzip")
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", u, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET %s: %d %s", u, resp.StatusCode, b)
-	}
-	if resp.Header.Get("Content-Encoding") != "gzip" {
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b, false
-	}
-	zr, err := gzip.NewReader(resp.Body)
-	if err != nil {
-		t.Fatalf("GET %s: %v", u, err)
+		t.Fatalf("GET %s?%s: %v", path, q.Encode(), err)
 	}
 	zr.Multistream(false)
 	b, err := io.ReadAll(zr)
 	if err != nil {
-		t.Fatalf("GET %s: gzip body: %v", u, err)
+		t.Fatalf("GET %s?%s: gzip body: %v", path, q.Encode(), err)
 	}
 	return b, true
 }
 
-// chunkHits is the standalone tier's count of LIST chunks taken from its
-// cache for configmaps.
-func chunkHits(t *testing.T, cfg *rest.Config) float64 {
+// chunkHits is the standalone tier's count of configmaps' LIST chunks
+// taken from its cache.
+func chunkHits(t *testing.T) float64 {
 	t.Helper()
-	client, err := rest.HTTPClientFor(cfg)
+	const series = `cachetier_list_gzip_chunks_total{resource="configmaps",result="hit"}`
+	v, err := testEnv.metric(series)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := client.Get(cfg.Host + "/metrics")
+	f, err := strconv.ParseFloat(v, 64)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %q: %v", series, v, err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const series = `cachetier_list_gzip_chunks_total{resource="configmaps",result="hit"} `
-	for line := range strings.SplitSeq(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, series); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("/metrics has no %s", series)
-	return 0
+	return f
 }

@@ -26,6 +26,9 @@ var tiers []*env
 type env struct {
 	name             string
 	admin, tierAdmin *rest.Config
+	// metric reads one series of the tier's /metrics (tiertest.Env.Metric;
+	// standalone only: a fleet's front serves them on another port).
+	metric func(series string) (string, error)
 }
 
 func TestMain(m *testing.M) {
@@ -37,7 +40,7 @@ func TestMain(m *testing.M) {
 		FleetShards: 2,
 	}, func(e *tiertest.Env) {
 		tiers = []*env{
-			{name: "standalone", admin: e.Admin, tierAdmin: e.TierAdmin},
+			{name: "standalone", admin: e.Admin, tierAdmin: e.TierAdmin, metric: e.Metric},
 			{name: "fleet", admin: e.Admin, tierAdmin: e.FleetAdmin},
 		}
 	}))
