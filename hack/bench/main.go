@@ -863,27 +863,15 @@ func saveCPUProfile(cfg *rest.Config, file string) error {
 // otherwise the profile is as of the last collection and nothing is
 // disturbed.
 func saveTierMemory(cfg *rest.Config, name string, collect bool) error {
-	client, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return err
-	}
 	heap := "/debug/pprof/heap"
 	if collect {
 		heap += "?gc=1" // before /metrics, which then shows the live heap
 	}
 	for _, pf := range [][2]string{{heap, name + "-heap.pprof"}, {"/metrics", name + "-metrics.txt"}} {
 		path, file := pf[0], pf[1]
-		resp, err := client.Get(cfg.Host + path)
+		body, err := getOK(cfg, path)
 		if err != nil {
 			return err
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != 200 {
-			return fmt.Errorf("%s: %d %s", path, resp.StatusCode, body)
 		}
 		if err := os.WriteFile(file, body, 0o644); err != nil {
 			return err
@@ -895,21 +883,9 @@ func saveTierMemory(cfg *rest.Config, name string, collect bool) error {
 
 // metricValue is the value of an unlabelled series on the tier's /metrics.
 func metricValue(cfg *rest.Config, name string) (float64, error) {
-	client, err := rest.HTTPClientFor(cfg)
+	body, err := getOK(cfg, "/metrics")
 	if err != nil {
 		return 0, err
-	}
-	resp, err := client.Get(cfg.Host + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	if resp.StatusCode != 200 {
-		return 0, fmt.Errorf("/metrics: %d %s", resp.StatusCode, body)
 	}
 	for line := range strings.SplitSeq(string(body), "\n") {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
@@ -917,6 +893,28 @@ func metricValue(cfg *rest.Config, name string) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("/metrics has no %s", name)
+}
+
+// getOK is the body of a GET of path on the server at cfg, which must
+// answer 200.
+func getOK(cfg *rest.Config, path string) ([]byte, error) {
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Get(cfg.Host + path)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %d %s", path, resp.StatusCode, body)
+	}
+	return body, nil
 }
 
 func decodeJSON(r io.Reader, v any) error {
