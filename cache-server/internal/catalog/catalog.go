@@ -36,7 +36,10 @@ type Entry struct {
 	// Table printer, which then follows the CRD (package tables).
 	CRD    *apiextensionsv1.CustomResourceDefinition
 	Fields *fields.Resource
-	// FieldIndexes are the profile's indexed field paths.
+	// FieldIndexes are the fields the tier indexes for the resource: the
+	// profile's fieldIndexes, then those kube-apiserver's watch cache
+	// indexes (Fields.APIServerIndexes) that the profile did not list.
+	// Each is a field selectors can use (Fields.CheckIndex).
 	FieldIndexes []string
 	// NamespaceSelector restricts a namespaced resource to the namespaces
 	// whose labels match (nil: every namespace).
@@ -95,7 +98,6 @@ func Resolve(ctx context.Context, cfg *rest.Config, spec v1alpha1.CacheProfileSp
 				Name: found.Name, SingularName: found.SingularName, Namespaced: found.Namespaced,
 				Kind: found.Kind, Verbs: metav1.Verbs{"get", "list", "watch"}, ShortNames: found.ShortNames, Categories: found.Categories,
 			},
-			FieldIndexes: r.FieldIndexes,
 		}
 		if r.LabelSelector != nil {
 			sel, err := metav1.LabelSelectorAsSelector(r.LabelSelector)
@@ -142,7 +144,33 @@ func Resolve(ctx context.Context, cfg *rest.Config, spec v1alpha1.CacheProfileSp
 		if e.Fields, err = fields.New(fields.Spec{GVR: gvr, Kind: found.Kind, Namespaced: found.Namespaced, Custom: e.Custom, SelectableFields: selectable}); err != nil {
 			return nil, fmt.Errorf("resource %s: %w", describe(gvr), err)
 		}
+		if e.FieldIndexes, err = fieldIndexes(r.FieldIndexes, e.Fields); err != nil {
+			return nil, fmt.Errorf("resource %s: %w", describe(gvr), err)
+		}
 		out = append(out, e)
+	}
+	return out, nil
+}
+
+// fieldIndexes is Entry.FieldIndexes: the profile's, checked, then the
+// apiserver's own.
+func fieldIndexes(profile []string, f *fields.Resource) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, name := range profile {
+		if err := f.CheckIndex(name); err != nil {
+			return nil, fmt.Errorf("fieldIndexes: %w", err)
+		}
+		if !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	for _, name := range f.APIServerIndexes() {
+		if !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
 	}
 	return out, nil
 }

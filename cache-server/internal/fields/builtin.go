@@ -16,6 +16,12 @@ type builtin struct {
 	// messages name the GroupVersionKind).
 	convert func(gvk schema.GroupVersionKind) func(label, value string) (string, string, error)
 	extra   func(obj map[string]any, set fields.Set) error
+	// indexes are the fields kube-apiserver's watch cache indexes for the
+	// resource (the registry's Indexers and TriggerFunc): it serves a
+	// first LIST page with an equality on one of them from that index,
+	// which decides whether the page has a continuation (see
+	// Resource.APIServerIndexes).
+	indexes []string
 }
 
 // allow accepts exactly labels, with the common "field label not supported"
@@ -92,6 +98,7 @@ func builtins() map[schema.GroupResource]builtin {
 				s["status.nominatedNodeName"] = str(o, "status", "nominatedNodeName")
 				return nil
 			},
+			indexes: []string{"spec.nodeName"}, // pkg/registry/core/pod: Indexers, NodeNameTriggerFunc
 		},
 		{Resource: "nodes"}: {
 			kind:    "Node",
@@ -227,6 +234,7 @@ func builtins() map[schema.GroupResource]builtin {
 				s["spec.pool.name"] = str(o, "spec", "pool", "name")
 				return nil
 			},
+			indexes: []string{"spec.nodeName"}, // pkg/registry/resource/resourceslice: Indexers, TriggerFunc
 		},
 		{Group: "coordination.k8s.io", Resource: "leasecandidates"}: {
 			kind: "LeaseCandidate", convert: defaultConversion,

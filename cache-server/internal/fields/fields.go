@@ -53,6 +53,8 @@ type Resource struct {
 	extra func(obj map[string]any, set fields.Set) error
 	// custom are the compiled CRD selectable fields.
 	custom []customField
+	// apiserverIndexes: builtin.indexes.
+	apiserverIndexes []string
 }
 
 type customField struct {
@@ -76,7 +78,31 @@ func New(spec Spec) (*Resource, error) {
 	}
 	r.convert = b.convert(spec.GVR.GroupVersion().WithKind(b.kind))
 	r.extra = b.extra
+	r.apiserverIndexes = b.indexes
 	return r, nil
+}
+
+// APIServerIndexes are the fields kube-apiserver's watch cache keeps an
+// index of for this resource (pods' and resourceslices' spec.nodeName).
+// The tier indexes them too, and where the apiserver would answer a read
+// from its index, the tier's answer follows the index's rules (a first
+// page has a continuation only if more objects with the value follow).
+func (r *Resource) APIServerIndexes() []string { return r.apiserverIndexes }
+
+// CheckIndex rejects an index on a field that selectors cannot use for
+// this resource, or that they know under another name (pods' spec.host is
+// spec.nodeName): an index on it would never be read.
+func (r *Resource) CheckIndex(field string) error {
+	name, _, err := r.convert(field, "")
+	switch {
+	case err != nil:
+		return fmt.Errorf("field %q cannot be indexed: %w", field, err)
+	case name != field:
+		return fmt.Errorf("field %q cannot be indexed: selectors name it %q", field, name)
+	case field == "metadata.namespace":
+		return fmt.Errorf("field %q cannot be indexed: objects are already kept in namespace order", field)
+	}
+	return nil
 }
 
 // ConvertFieldLabel is the resource's field label conversion; pass it to

@@ -215,3 +215,41 @@ func TestNewErrors(t *testing.T) {
 		t.Error("multiple JSONPath results must fail")
 	}
 }
+
+// TestIndexes: the apiserver's own indexes per resource, and which fields a
+// profile may index.
+func TestIndexes(t *testing.T) {
+	pods := mustNew(t, Spec{GVR: gvr("", "v1", "pods"), Kind: "Pod", Namespaced: true})
+	if got := pods.APIServerIndexes(); len(got) != 1 || got[0] != "spec.nodeName" {
+		t.Errorf("pods: APIServerIndexes %v", got)
+	}
+	slices := mustNew(t, Spec{GVR: gvr("resource.k8s.io", "v1", "resourceslices"), Kind: "ResourceSlice"})
+	if got := slices.APIServerIndexes(); len(got) != 1 || got[0] != "spec.nodeName" {
+		t.Errorf("resourceslices: APIServerIndexes %v", got)
+	}
+	cms := mustNew(t, Spec{GVR: gvr("", "v1", "configmaps"), Kind: "ConfigMap", Namespaced: true})
+	if got := cms.APIServerIndexes(); len(got) != 0 {
+		t.Errorf("configmaps: APIServerIndexes %v", got)
+	}
+	widgets := mustNew(t, Spec{GVR: gvr("example.com", "v1", "widgets"), Namespaced: true, Custom: true, SelectableFields: []string{".spec.color"}})
+	for _, c := range []struct {
+		r     *Resource
+		field string
+		ok    bool
+	}{
+		{pods, "spec.nodeName", true},
+		{pods, "status.phase", true},
+		{pods, "metadata.name", true},
+		{pods, "spec.host", false},          // selectors call it spec.nodeName
+		{pods, "metadata.namespace", false}, // keys are already in namespace order
+		{pods, "spec.nope", false},
+		{cms, "metadata.name", true},
+		{cms, "data.x", false},
+		{widgets, "spec.color", true},
+		{widgets, "spec.size", false},
+	} {
+		if err := c.r.CheckIndex(c.field); (err == nil) != c.ok {
+			t.Errorf("%s CheckIndex(%q) = %v, want ok=%v", c.r.spec.GVR.Resource, c.field, err, c.ok)
+		}
+	}
+}

@@ -325,6 +325,19 @@ func (r *Request) Matcher() func(*store.Object) bool {
 	}
 }
 
+// IndexValue is the first of the indexed fields that the field selector
+// requires to equal a value ("=" or "=="; "!=" and set-based terms cannot
+// use an index), as the apiserver's SelectionPredicate.MatcherIndex picks
+// it; ok is false when the selector pins none of them.
+func (r *Request) IndexValue(indexed []string) (iv store.IndexValue, ok bool) {
+	for _, f := range indexed {
+		if v, found := r.FieldSelector.RequiresExactMatch(f); found {
+			return store.IndexValue{Field: f, Value: v}, true
+		}
+	}
+	return store.IndexValue{}, false
+}
+
 // SelectorText is the request's selectors in canonical text form, for a
 // reader in another process (store.ListRequest.Selector); empty parts for
 // absent selectors.

@@ -339,3 +339,41 @@ func TestMatcher(t *testing.T) {
 		}
 	}
 }
+
+// TestIndexValue: only an equality on an indexed field picks an index, in
+// the order of the indexed fields, as MatcherIndex does.
+func TestIndexValue(t *testing.T) {
+	conv := func(l, v string) (string, string, error) {
+		if l == "spec.host" {
+			return "spec.nodeName", v, nil
+		}
+		return l, v, nil
+	}
+	indexed := []string{"spec.nodeName", "status.phase"}
+	cases := []struct {
+		query string
+		want  store.IndexValue
+		ok    bool
+	}{
+		{"fieldSelector=spec.nodeName%3Dn1", store.IndexValue{Field: "spec.nodeName", Value: "n1"}, true},
+		{"fieldSelector=spec.nodeName%3D%3Dn1", store.IndexValue{Field: "spec.nodeName", Value: "n1"}, true},
+		{"fieldSelector=spec.host%3Dn2", store.IndexValue{Field: "spec.nodeName", Value: "n2"}, true},
+		{"fieldSelector=spec.nodeName%3D", store.IndexValue{Field: "spec.nodeName", Value: ""}, true},
+		{"fieldSelector=status.phase%3DRunning,spec.nodeName%3Dn1", store.IndexValue{Field: "spec.nodeName", Value: "n1"}, true},
+		{"fieldSelector=status.phase%3DRunning", store.IndexValue{Field: "status.phase", Value: "Running"}, true},
+		{"fieldSelector=spec.nodeName!%3Dn1", store.IndexValue{}, false},
+		{"fieldSelector=metadata.name%3Dx", store.IndexValue{}, false},
+		{"labelSelector=spec.nodeName%3Dn1", store.IndexValue{}, false},
+		{"", store.IndexValue{}, false},
+	}
+	for _, c := range cases {
+		r, err := Parse(q(c.query), List, Options{ConvertFieldLabel: conv})
+		if err != nil {
+			t.Fatalf("%s: %v", c.query, err)
+		}
+		got, ok := r.IndexValue(indexed)
+		if got != c.want || ok != c.ok {
+			t.Errorf("%s: IndexValue = %+v, %v; want %+v, %v", c.query, got, ok, c.want, c.ok)
+		}
+	}
+}

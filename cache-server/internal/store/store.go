@@ -235,6 +235,13 @@ type ListRequest struct {
 	SkipCount bool
 }
 
+// IndexValue names an indexed field and the value a request's field
+// selector requires of it (an equality: "=" or "=="): a reader may then
+// visit only the objects with that value. Field "" is no index.
+type IndexValue struct {
+	Field, Value string
+}
+
 // Selector is a label and a field selector in their canonical text form
 // (field labels already converted for the resource).
 type Selector struct {
