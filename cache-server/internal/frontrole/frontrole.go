@@ -20,6 +20,7 @@ import (
 
 	"github.com/cachetier/cachetier/api/topology"
 	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/cache-server/internal/auth"
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
 	"github.com/cachetier/cachetier/cache-server/internal/fleet"
 	"github.com/cachetier/cachetier/cache-server/internal/front"
@@ -84,6 +85,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	authClient, err := auth.ClientFor(upstreamCfg)
+	if err != nil {
+		return err
+	}
 	client := fleet.NewClient(cfg.ShardClient, cfg.Topology, m)
 	crds, err := apiextensionsclient.NewForConfig(upstreamCfg)
 	if err != nil {
@@ -121,7 +126,7 @@ func Run(ctx context.Context, cfg Config) error {
 		})
 	}
 	return serving.Run(ctx, serving.Config{
-		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: kc, PathPrefix: prefix,
+		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: authClient, PathPrefix: prefix,
 		API: api, Registry: reg, Metrics: m, Profiling: cfg.Profiling, Log: cfg.Log,
 		GoawayChance: cfg.GoawayChance,
 		BeforeShutdown: func() {

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/cache-server/internal/auth"
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
 	"github.com/cachetier/cachetier/cache-server/internal/front"
 	"github.com/cachetier/cachetier/cache-server/internal/ingest"
@@ -171,7 +172,10 @@ func Run(ctx context.Context, cfg Config) error {
 	for i, r := range ingested.Resources {
 		resources = append(resources, front.Resource{Entry: r.Entry, Source: front.LocalSource{Ingester: r.Ingester}, Hub: r.Hub, Printer: printers[i]})
 	}
-	kc, ver := ingested.Client, ingested.Version
+	authClient, err := auth.ClientFor(upstreamhttp.Instrument(cfg.Upstream, m.UpstreamResponses))
+	if err != nil {
+		return err
+	}
 
 	prefix := PathPrefix(cfg.ProfileName)
 	docs, err := StartOpenAPI(ctx, cfg.ProfileName, cfg.Upstream, resources, m, cfg.Log)
@@ -180,10 +184,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	api := front.New(front.Options{
 		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, PathPrefix: prefix,
-		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, ListGzipCacheBytes: cfg.ListGzipCacheBytes, OpenAPI: docs,
+		Version: ingested.Version, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, ListGzipCacheBytes: cfg.ListGzipCacheBytes, OpenAPI: docs,
 	})
 	return serving.Run(ctx, serving.Config{
-		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: kc, PathPrefix: prefix,
+		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: authClient, PathPrefix: prefix,
 		API: api, Registry: reg, Metrics: m, Profiling: cfg.Profiling, Log: cfg.Log,
 		BeforeShutdown: func() {
 			for _, r := range resources {
