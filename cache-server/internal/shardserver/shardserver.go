@@ -210,7 +210,8 @@ func ListStore(out *shardwire.Writer, st *store.Store, q url.Values, rv, limit u
 	}
 	end := shardwire.Header{RV: page.RV, Continue: page.ContinueKey, Remaining: page.RemainingItemCount}
 	if page.ContinueKey == "" {
-		if end.LastKey, err = st.LastKey(page.RV, req.Namespace); err != nil {
+		req.SnapshotRV = page.RV
+		if end.LastKey, err = st.LastKey(req); err != nil {
 			return err
 		}
 	}
