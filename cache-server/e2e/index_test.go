@@ -112,10 +112,6 @@ func TestIndexedListMatchesAPIServer(t *testing.T) { forEachTier(t, testIndexedL
 
 func testIndexedListMatchesAPIServer(t *testing.T) {
 	rv := currentRV(t)
-	type target struct {
-		path      string
-		selectors [][2]string // labelSelector, fieldSelector
-	}
 	pods := [][2]string{
 		{"", "spec.nodeName=idx-n1"},
 		{"", "spec.nodeName==idx-n2"},
@@ -129,7 +125,7 @@ func testIndexedListMatchesAPIServer(t *testing.T) {
 		{"", "status.phase=Running"},                      // only the profile indexes it: a scan for the apiserver
 		{"app=a", "status.phase=Pending"},
 	}
-	targets := []target{
+	targets := []listTarget{
 		{"/api/v1/pods", pods},
 		{"/api/v1/namespaces/idx-1/pods", pods},
 		{"/api/v1/namespaces/idx-2/pods", pods[:4]},
