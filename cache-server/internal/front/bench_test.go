@@ -183,7 +183,7 @@ func newBenchTierOf(tb testing.TB, objs [][]byte, br benchResource, withFields, 
 	go ing.Run(ctx)
 	select {
 	case <-ing.Synced():
-	case <-time.After(60 * time.Second):
+	case <-time.After(5 * time.Minute): // 50k pods on a loaded machine
 		tb.Fatal("ingester did not sync")
 	}
 	srv := New(Options{
