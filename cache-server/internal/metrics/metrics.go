@@ -24,6 +24,13 @@ type Metrics struct {
 	ShardBytes                 *prometheus.GaugeVec     // resource, shard
 	ShardAppliedRV             *prometheus.GaugeVec     // resource, shard
 
+	// Field indexes (package store, index.go) and the LISTs read through
+	// them.
+	IndexEntries *prometheus.GaugeVec   // resource, index
+	IndexValues  *prometheus.GaugeVec   // resource, index
+	IndexBytes   *prometheus.GaugeVec   // resource, index
+	IndexedLists *prometheus.CounterVec // resource, index
+
 	WatchersActive     *prometheus.GaugeVec     // resource
 	WatchEvents        *prometheus.CounterVec   // resource, type: events sent to watchers
 	WatchersTerminated *prometheus.CounterVec   // resource, reason: watchers closed by the tier
@@ -239,6 +246,23 @@ func New(reg prometheus.Registerer) *Metrics {
 		Help: "Compressed LIST chunks dropped to stay within --list-gzip-cache-bytes (least recently used first).",
 	})
 	reg.MustRegister(m.ListGzipChunks, m.ListGzipBytes, m.ListGzipEvictions)
+	m.IndexEntries = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cachetier_index_entries",
+		Help: "Objects in a field index (a profile's fieldIndexes and the apiserver's own, e.g. pods' spec.nodeName), by resource and indexed field; objects without the field are indexed under the empty value.",
+	}, []string{"resource", "index"})
+	m.IndexValues = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cachetier_index_values",
+		Help: "Distinct values in a field index (for spec.nodeName: nodes with pods, plus the empty value of unscheduled pods).",
+	}, []string{"resource", "index"})
+	m.IndexBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cachetier_index_bytes",
+		Help: "Estimated memory of a field index at the latest state: its B-tree nodes plus its entries' key and value bytes counted as not shared with the objects; compare with cachetier_shard_bytes.",
+	}, []string{"resource", "index"})
+	m.IndexedLists = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_indexed_lists_total",
+		Help: "LIST requests (pages) read through a field index instead of a scan, by resource and indexed field.",
+	}, []string{"resource", "index"})
+	reg.MustRegister(m.IndexEntries, m.IndexValues, m.IndexBytes, m.IndexedLists)
 	reg.MustRegister(m.AuthnConnCache, m.Impersonation, m.Goaways, m.MemoryReleased, m.ProtobufConversions, m.TableErrors)
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
 	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes, m.ProgressProbeBookmark,
