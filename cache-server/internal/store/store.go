@@ -233,6 +233,9 @@ type ListRequest struct {
 	// count (a fleet's front holding a continue token's count) and the
 	// walk over the rest of the range would be wasted.
 	SkipCount bool
+	// Index is an equality on an indexed field that Match requires
+	// (listparams.Request.IndexValue); Field "" is none.
+	Index IndexValue
 }
 
 // IndexValue names an indexed field and the value a request's field
