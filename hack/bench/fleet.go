@@ -177,10 +177,10 @@ func fleetMemoryRows(label string, t *tierProc, each, base []uint64, apiGrowth f
 	front := growth(shards)
 	nan := math.NaN()
 	return []row{
-		{label, "RSS growth, all tier processes", "MiB", mib(apiGrowth), mib(sum + front)},
-		{label, fmt.Sprintf("RSS growth, largest of %d shards", shards), "MiB", nan, mib(hi)},
-		{label, fmt.Sprintf("RSS growth, smallest of %d shards", shards), "MiB", nan, mib(lo)},
-		{label, "RSS growth, front", "MiB", nan, mib(front)},
-		{label, fmt.Sprintf("data set as JSON / %d shards", shards), "MiB", nan, mib(float64(jsonBytes) / float64(shards))},
+		{label, "RSS growth, all tier processes", "MiB", mib(apiGrowth), mib(sum + front), ""},
+		{label, fmt.Sprintf("RSS growth, largest of %d shards", shards), "MiB", nan, mib(hi), ""},
+		{label, fmt.Sprintf("RSS growth, smallest of %d shards", shards), "MiB", nan, mib(lo), ""},
+		{label, "RSS growth, front", "MiB", nan, mib(front), ""},
+		{label, fmt.Sprintf("data set as JSON / %d shards", shards), "MiB", nan, mib(float64(jsonBytes) / float64(shards)), ""},
 	}
 }

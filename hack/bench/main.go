@@ -35,6 +35,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -80,6 +81,9 @@ type options struct {
 	// shard` processes and a `cache-server front` (LIST mode); CPU and
 	// memory are the sums over all of them.
 	fleet int
+	// settle is the pause after a tier's warm-up reads before the
+	// apiserver's idle rate is measured (wholecost.go).
+	settle time.Duration
 }
 
 func main() {
@@ -107,6 +111,7 @@ func main() {
 	wo := watchFlags()
 	fo := freshFlags()
 	flag.Parse()
+	o.settle = fo.api.settle
 	if handled, err := runFreshMode(context.Background(), *mode, o, small, fo); handled {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -146,6 +151,9 @@ func main() {
 type row struct {
 	set, metric, unit string
 	api, tier         float64
+	// target, when set, is the issue's target for the ratio and whether
+	// it is met (printed in a column of its own).
+	target string
 }
 
 // benchEnv is a running control plane, an admin client of its apiserver,
@@ -266,7 +274,7 @@ func run(ctx context.Context, o options) error {
 		}{{admin, []int{apiPID}, nil}, {t.cfg, t.pids, t.parts}}
 		var res [2]measure
 		for i, s := range servers {
-			if res[i], err = measureServer(s.cfg, s.pids, path, o, d.count); err != nil {
+			if res[i], err = measureServer(s.cfg, s.pids, apiPID, path, o); err != nil {
 				t.stop()
 				return err
 			}
@@ -293,17 +301,19 @@ func run(ctx context.Context, o options) error {
 		perObj := float64(jsonBytes) / float64(d.count)
 		label := fmt.Sprintf("%s (%d x %s)", d.name, d.count, human(d.size))
 		rows = append(rows,
-			row{label, "full LIST p50", "ms", res[0].p50, res[1].p50},
-			row{label, "full LIST p99", "ms", res[0].p99, res[1].p99},
-			row{label, "CPU per full LIST", "ms", res[0].cpuPerList, res[1].cpuPerList},
-			row{label, "paginated LIST (limit=500) total p50", "ms", res[0].pagedP50, res[1].pagedP50},
-			row{label, "full LIST p50, client gunzips all (client-go)", "ms", res[0].decodedP50, res[1].decodedP50},
-			row{label, "paginated total p50, client gunzips all", "ms", res[0].decodedPagedP50, res[1].decodedPagedP50},
-			row{label, "resident bytes per object", "B", float64(int64(apiAfter)-int64(apiBefore)) / float64(d.count), float64(int64(tierRSS)-int64(baseRSS[d.resource])) / float64(d.count)},
-			row{label, "object JSON size", "B", perObj, perObj},
-			row{label, "full LIST body on the wire (gzip)", "KiB", res[0].wireBytes / 1024, res[1].wireBytes / 1024},
-			row{label, "resident bytes per object after the LISTs", "B", float64(int64(apiServed)-int64(apiBefore)) / float64(d.count), float64(int64(tierServed)-int64(baseRSS[d.resource])) / float64(d.count)},
-			row{label, "compressed LIST chunks kept per object", "B", math.NaN(), kept / float64(d.count)},
+			row{label, "full LIST p50", "ms", res[0].p50, res[1].p50, ""},
+			row{label, "full LIST p99", "ms", res[0].p99, res[1].p99, ""},
+			row{label, "CPU per full LIST", "ms", res[0].cpuPerList, res[1].cpuPerList, ""},
+			row{label, "apiserver CPU the tier's LIST causes (idle subtracted)", "ms", math.NaN(), res[1].causedPerList, ""},
+			row{label, "whole CPU per full LIST above idle (tier: + what it causes)", "ms", res[0].wholePerList, res[1].wholePerList, ""},
+			row{label, "paginated LIST (limit=500) total p50", "ms", res[0].pagedP50, res[1].pagedP50, ""},
+			row{label, "full LIST p50, client gunzips all (client-go)", "ms", res[0].decodedP50, res[1].decodedP50, ""},
+			row{label, "paginated total p50, client gunzips all", "ms", res[0].decodedPagedP50, res[1].decodedPagedP50, ""},
+			row{label, "resident bytes per object", "B", float64(int64(apiAfter)-int64(apiBefore)) / float64(d.count), float64(int64(tierRSS)-int64(baseRSS[d.resource])) / float64(d.count), ""},
+			row{label, "object JSON size", "B", perObj, perObj, ""},
+			row{label, "full LIST body on the wire (gzip)", "KiB", res[0].wireBytes / 1024, res[1].wireBytes / 1024, ""},
+			row{label, "resident bytes per object after the LISTs", "B", float64(int64(apiServed)-int64(apiBefore)) / float64(d.count), float64(int64(tierServed)-int64(baseRSS[d.resource])) / float64(d.count), ""},
+			row{label, "compressed LIST chunks kept per object", "B", math.NaN(), kept / float64(d.count), ""},
 		)
 		if o.fleet > 0 {
 			rows = append(rows, fleetMemoryRows(label, t, tierEach, baseEach[d.resource], float64(int64(apiAfter)-int64(apiBefore)), jsonBytes)...)
@@ -455,6 +465,13 @@ func listSize(ctx context.Context, kc kubernetes.Interface, ns, resource string)
 
 type measure struct {
 	p50, p99, cpuPerList, pagedP50 float64
+	// causedPerList is, for a tier, the apiserver's CPU per full LIST
+	// above its idle rate: the RV fetches and progress probes the LISTs
+	// made the tier send (wholecost.go). wholePerList is what a full LIST
+	// costs every process above idle: the apiserver's CPU minus its idle
+	// rate when it serves the LIST itself; the tier's CPU plus
+	// causedPerList when the tier does.
+	causedPerList, wholePerList float64
 	// wireBytes is the last full LIST's body as sent (gzip).
 	wireBytes float64
 	// The same with a client that decompresses every byte with Go's
@@ -462,7 +479,10 @@ type measure struct {
 	decodedP50, decodedPagedP50 float64
 }
 
-func measureServer(cfg *rest.Config, pids []int, path string, o options, count int) (measure, error) {
+// measureServer measures the LISTs of path on the server at cfg, whose
+// processes are pids; apiPID is the apiserver's (one of pids when it is
+// the server measured).
+func measureServer(cfg *rest.Config, pids []int, apiPID int, path string, o options) (measure, error) {
 	var m measure
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -523,15 +543,27 @@ func measureServer(cfg *rest.Config, pids []int, path string, o options, count i
 	if _, err := list("", false); err != nil {
 		return m, err
 	}
-	cpu0 := cpuTicksAll(pids)
+	apiIsServer := slices.Contains(pids, apiPID)
+	if !apiIsServer {
+		// The warm-up's progress probes must not run in the idle window.
+		time.Sleep(o.settle)
+	}
+	idle := idleCPU(apiPID, 0)
+	cpu0, api0, t0 := cpuTicksAll(pids), cpuTicks(apiPID), time.Now()
 	lat, err := full(false)
 	if err != nil {
 		return m, err
 	}
-	cpu1 := cpuTicksAll(pids)
+	cpu1, api1 := cpuTicksAll(pids), cpuTicks(apiPID)
+	apiAbove := aboveIdle(api1-api0, idle, time.Since(t0)) / float64(o.iterations)
 	m.wireBytes = float64(wire)
 	m.p50, m.p99 = pct(lat, 50), pct(lat, 99)
-	m.cpuPerList = float64(cpu1-cpu0) * 1000 / clkTck / float64(o.iterations)
+	m.cpuPerList = ticksMs(cpu1-cpu0) / float64(o.iterations)
+	if apiIsServer {
+		m.causedPerList, m.wholePerList = math.NaN(), apiAbove
+	} else {
+		m.causedPerList, m.wholePerList = apiAbove, m.cpuPerList+apiAbove
+	}
 	paged, err := walks(false)
 	if err != nil {
 		return m, err
@@ -669,11 +701,19 @@ func human(n int) string {
 
 func printTable(w io.Writer, rows []row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(tw, "data set\tmetric\tunit\tkube-apiserver\ttier\ttier/apiserver\t")
+	targets := slices.ContainsFunc(rows, func(r row) bool { return r.target != "" })
+	head := "data set\tmetric\tunit\tkube-apiserver\ttier\ttier/apiserver\t"
+	if targets {
+		head += "target\t"
+	}
+	fmt.Fprintln(tw, head)
 	// NaN marks a value that does not apply to one server.
 	num := func(v float64) string {
 		if math.IsNaN(v) {
 			return "-"
+		}
+		if v != 0 && math.Abs(v) < 1 { // CPU per update or per small LIST
+			return fmt.Sprintf("%.3f", v)
 		}
 		return fmt.Sprintf("%.1f", v)
 	}
@@ -682,7 +722,11 @@ func printTable(w io.Writer, rows []row) {
 		if r.api > 0 && !math.IsNaN(r.tier) {
 			ratio = fmt.Sprintf("%.2f", r.tier/r.api)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", r.set, r.metric, r.unit, num(r.api), num(r.tier), ratio)
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t", r.set, r.metric, r.unit, num(r.api), num(r.tier), ratio)
+		if targets {
+			line += r.target + "\t"
+		}
+		fmt.Fprintln(tw, line)
 	}
 	_ = tw.Flush()
 }

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestStampOf(t *testing.T) {
+	for _, c := range []struct {
+		event string
+		want  int64
+		ok    bool
+	}{
+		{`{"type":"MODIFIED","object":{"metadata":{"annotations":{"` + writtenAt + `":"1700000000123456789"}}}}`, 1700000000123456789, true},
+		{`{"type":"MODIFIED","object":{"metadata":{"name":"a"}}}`, 0, false},
+		{`{"type":"MODIFIED","object":{"metadata":{"annotations":{"` + writtenAt + `":""}}}}`, 0, false},
+		{`{"type":"MODIFIED","object":{"metadata":{"annotations":{"` + writtenAt + `":"12x"}}}}`, 0, false},
+		{`{"` + writtenAt + `":"5`, 0, false}, // cut off before the closing quote
+	} {
+		got, ok := stampOf([]byte(c.event))
+		if got != c.want || ok != c.ok {
+			t.Errorf("stampOf(%s) = %d, %v; want %d, %v", c.event, got, ok, c.want, c.ok)
+		}
+	}
+	// stampPatch writes what stampOf reads.
+	before := time.Now().UnixNano()
+	ts, ok := stampOf(stampPatch())
+	if !ok || ts < before || ts > time.Now().UnixNano() {
+		t.Errorf("stampOf(stampPatch()) = %d, %v; want a time after %d", ts, ok, before)
+	}
+}
+
+func TestLatencies(t *testing.T) {
+	var l latencies
+	if l.quantile(0.5) != 0 || l.max() != 0 {
+		t.Fatal("an empty histogram has no quantiles")
+	}
+	var h latencyCounts
+	recv := time.Unix(100, 0)
+	// 99 events 1 ms late, one 1 s late.
+	for range 99 {
+		h.record(recv, recv.Add(-time.Millisecond).UnixNano())
+	}
+	h.record(recv, recv.Add(-time.Second).UnixNano())
+	l.add(&h)
+	within := func(got, want time.Duration) bool {
+		return got >= want && float64(got) <= float64(want)*histGrowth*histGrowth
+	}
+	if p := l.quantile(0.5); !within(p, time.Millisecond) {
+		t.Errorf("p50 = %s, want ~1ms (bucket upper edge)", p)
+	}
+	if p := l.quantile(0.99); !within(p, time.Millisecond) {
+		t.Errorf("p99 = %s, want ~1ms: 99 of 100 events", p)
+	}
+	if p := l.quantile(1); !within(p, time.Second) {
+		t.Errorf("p100 = %s, want ~1s", p)
+	}
+	if m := l.max(); !within(m, time.Second) {
+		t.Errorf("max = %s, want ~1s", m)
+	}
+	// A second watcher's histogram adds to the counts.
+	var h2 latencyCounts
+	for range 100 {
+		h2.record(recv, recv.Add(-time.Second).UnixNano())
+	}
+	l.add(&h2)
+	// 99 of 200 events at 1 ms, 101 at 1 s.
+	if p := l.quantile(0.49); !within(p, time.Millisecond) {
+		t.Errorf("merged p49 = %s, want ~1ms", p)
+	}
+	if p := l.quantile(0.5); !within(p, time.Second) {
+		t.Errorf("merged p50 = %s, want ~1s", p)
+	}
+}
+
+func TestEventReader(t *testing.T) {
+	long := strings.Repeat("x", 40<<10) // longer than the reader's buffer
+	r := newEventReader(strings.NewReader("{\"a\":1}\n{\"b\":\"" + long + "\"}\n{\"c\":3}\n"))
+	for i, want := range []string{`{"a":1}`, `{"b":"` + long + `"}`, `{"c":3}`} {
+		got, err := r.next()
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if strings.TrimSuffix(string(got), "\n") != want {
+			t.Fatalf("event %d: %d bytes, want %d", i, len(got), len(want)+1)
+		}
+	}
+	if _, err := r.next(); err == nil || !strings.Contains(err.Error(), "EOF") {
+		t.Fatalf("after the last event: %v, want the stream's end", err)
+	}
+}
