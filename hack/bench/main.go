@@ -332,6 +332,15 @@ type tierProc struct {
 	// parts are a fleet's shards, profiled with the front (-profile-dir).
 	parts []profTarget
 	stop  func()
+	// alive returns an error with the last log lines of a process of the
+	// tier that exited, nil while all run.
+	alive func() error
+}
+
+// exitedError is the error for a tier process that exited: its log's last
+// lines (fail fast with the reason, not "see the log").
+func exitedError(name, logPath string) error {
+	return fmt.Errorf("%s exited; last lines of %s:\n%s", name, logPath, controlplane.LogTail(logPath, 30))
 }
 
 // startTier runs `cache-server standalone` caching the given core/v1
@@ -367,7 +376,8 @@ func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.C
 	if shards > 0 {
 		return startFleet(cp, admin, binary, flags, env, dir, profPath, addr, shards, int(spec.HashShards))
 	}
-	logf, err := os.Create(filepath.Join(dir, "tier.log"))
+	logPath := filepath.Join(dir, "tier.log")
+	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
@@ -399,23 +409,34 @@ func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.C
 		stop()
 		return nil, err
 	}
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
+	alive := func() error {
 		select {
 		case <-done:
-			return nil, fmt.Errorf("tier exited; see %s", filepath.Join(dir, "tier.log"))
+			return exitedError("cache-server standalone", logPath)
 		default:
+			return nil
+		}
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		if err := alive(); err != nil {
+			logf.Close()
+			return nil, err
+		}
+		if err := cp.Exited(); err != nil {
+			stop()
+			return nil, err
 		}
 		resp, err := client.Get(cfg.Host + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return &tierProc{cfg: cfg, pid: cmd.Process.Pid, pids: []int{cmd.Process.Pid}, stop: stop}, nil
+				return &tierProc{cfg: cfg, pid: cmd.Process.Pid, pids: []int{cmd.Process.Pid}, stop: stop, alive: alive}, nil
 			}
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return nil, fmt.Errorf("tier not ready after 5m")
+			return nil, fmt.Errorf("tier not ready after 5m; last lines of %s:\n%s", logPath, controlplane.LogTail(logPath, 30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
