@@ -58,6 +58,8 @@ type dataset struct {
 	count, size int
 	// resource is what the set is made of: configmaps, or pods (pods.go).
 	resource string
+	// nodes, for pods, is how many nodes they are bound to (0: none).
+	nodes int
 }
 
 type options struct {
@@ -97,7 +99,7 @@ func main() {
 	flag.IntVar(&large.count, "large-count", 300, "ConfigMaps in the large-object data set")
 	flag.IntVar(&large.size, "large-size", 1<<20, "bytes of data per large ConfigMap")
 	flag.IntVar(&pods.count, "pod-count", 0, "Pods in the pods-like data set (pods.go)")
-	flag.IntVar(&pods.size, "pod-size", 3072, "bytes of JSON per Pod, as the apiserver serves it")
+	flag.IntVar(&pods.size, "pod-size", 5120, "bytes of JSON per Pod, as the apiserver serves it (managedFields included; at least the unpadded bench Pod, ~4.2 KB; -mode list and nodes)")
 	flag.IntVar(&o.iterations, "iterations", 30, "full LISTs per server and data set")
 	flag.IntVar(&o.pageIters, "page-iterations", 5, "paginated LIST walks per server and data set")
 	flag.IntVar(&o.concurrency, "seed-concurrency", 8, "parallel creates while seeding")
