@@ -90,3 +90,39 @@ func TestEventReader(t *testing.T) {
 		t.Fatalf("after the last event: %v, want the stream's end", err)
 	}
 }
+
+func TestVerdict(t *testing.T) {
+	for _, c := range []struct {
+		ratio, bound float64
+		want         string
+	}{
+		{0.4, 0.5, "<= 0.5 met"},
+		{0.5, 0.5, "<= 0.5 met"},
+		{0.6, 0.5, "<= 0.5 NOT MET"},
+		{ratioOf(1, 0), 0.5, "<= 0.5 n/a"},  // the apiserver's side below noise
+		{ratioOf(1, -2), 1.5, "<= 1.5 n/a"}, // negative after subtraction
+	} {
+		if got := verdict(c.ratio, c.bound); got != c.want {
+			t.Errorf("verdict(%v, %v) = %q, want %q", c.ratio, c.bound, got, c.want)
+		}
+	}
+}
+
+func TestWatcherCounts(t *testing.T) {
+	n := nodesOptions{nodes: 500}
+	got, err := n.watcherCounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0] != 1 || got[1] != 500 || got[2] != 2000 {
+		t.Errorf("default watcher counts = %v, want [1 500 2000]", got)
+	}
+	n = nodesOptions{nodes: 2000}
+	if got, _ := n.watcherCounts(); len(got) != 2 || got[0] != 1 || got[1] != 2000 {
+		t.Errorf("with 2000 nodes = %v, want [1 2000] (duplicates dropped)", got)
+	}
+	n.watchers = "0,5"
+	if _, err := n.watcherCounts(); err == nil {
+		t.Error("W=0 accepted; every tier measures it anyway")
+	}
+}

@@ -108,12 +108,14 @@ func main() {
 	flag.StringVar(&o.tierFlags, "tier-flags", "", "extra cache-server standalone flags, space-separated (e.g. \"--gc-percent=50\")")
 	flag.StringVar(&o.profileDir, "profile-dir", "", "write CPU profiles of both servers under LIST load here (/debug/pprof/profile; both serve it to the admin)")
 	flag.DurationVar(&o.freshness, "freshness-timeout", 0, "the tier profile's freshnessTimeout (default: the profile's default, 3s); the 100k-object scale run on a loaded machine needs more")
-	flag.IntVar(&o.fleet, "fleet", 0, "run the tier as a fleet of this many shard processes and a front (list mode only; CPU and RSS summed over the processes)")
-	mode := flag.String("mode", "list", "benchmark: list, watchlist, fanout, watch (watchlist and fanout), probecost, apicost or quietread")
+	flag.IntVar(&o.fleet, "fleet", 0, "run the tier as a fleet of this many shard processes and a front (list mode; apicost, quietread and nodes run one next to the standalone tier, default 2 shards; CPU and RSS summed over the processes)")
+	mode := flag.String("mode", "list", "benchmark: list, watchlist, fanout, watch (watchlist and fanout), nodes, probecost, apicost or quietread")
 	wo := watchFlags()
 	fo := freshFlags()
+	no := nodesFlags()
 	flag.Parse()
 	o.settle = fo.api.settle
+	no.writers, no.podSize = wo.writers, pods.size
 	if handled, err := runFreshMode(context.Background(), *mode, o, small, fo); handled {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -123,6 +125,12 @@ func main() {
 	}
 	switch *mode {
 	case "list":
+	case "nodes":
+		if err := runNodes(context.Background(), o, no); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
 	case "watchlist", "fanout", "watch":
 		if o.fleet > 0 {
 			fmt.Fprintln(os.Stderr, "bench: -fleet is for -mode list")
