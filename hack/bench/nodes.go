@@ -68,6 +68,7 @@ type nodesOptions struct {
 	tiers       string
 	drain       time.Duration
 	openers     int
+	openTimeout time.Duration
 	// writers is -writers (watch.go): the writer's goroutines.
 	writers int
 	// podSize is -pod-size.
@@ -85,6 +86,7 @@ func nodesFlags() *nodesOptions {
 	flag.StringVar(&n.tiers, "node-tiers", "standalone,fleet", "nodes: the tiers to measure: standalone (direct endpoint) and/or fleet (-fleet shards, default 2, through the front)")
 	flag.DurationVar(&n.drain, "node-drain", 15*time.Second, "nodes: after the writer stops, wait at most this long for the watchers' last events")
 	flag.IntVar(&n.openers, "node-openers", 32, "nodes: watchers opening (LIST, then WATCH) at once")
+	flag.DurationVar(&n.openTimeout, "node-open-timeout", 30*time.Minute, "nodes: give up (and fail) when the W watchers of a phase are not all open after this long")
 	return &n
 }
 
@@ -158,7 +160,9 @@ type nodeWatcher struct {
 	// before it (a watch that started behind).
 	timed, replayed atomic.Int64
 	hist            latencyCounts
-	listMs          float64
+	// listMs and watchMs are how long its LIST and the opening of its
+	// WATCH (until the response headers) took.
+	listMs, watchMs float64
 	err             error
 }
 
@@ -194,10 +198,12 @@ func getPodList(ctx context.Context, c *http.Client, u string) (*podList, error)
 
 // run LISTs the watcher's node, then watches it from the list's RV until
 // ctx ends (nil) or the stream breaks (the error). opened is called once
-// the watch is established (or failed to be).
-func (w *nodeWatcher) run(ctx context.Context, c *http.Client, host, ns string, since int64, opened func(error)) error {
+// the watch is established (or failed to be); both must happen by openBy.
+func (w *nodeWatcher) run(ctx context.Context, c *http.Client, host, ns string, since int64, openBy time.Time, opened func(error)) error {
 	t0 := time.Now()
-	l, err := getPodList(ctx, c, nodeListURL(host, ns, w.node, url.Values{"resourceVersion": {"0"}}))
+	listCtx, cancelList := context.WithDeadline(ctx, openBy)
+	l, err := getPodList(listCtx, c, nodeListURL(host, ns, w.node, url.Values{"resourceVersion": {"0"}}))
+	cancelList()
 	if err != nil {
 		opened(err)
 		return err
@@ -207,11 +213,21 @@ func (w *nodeWatcher) run(ctx context.Context, c *http.Client, host, ns string, 
 	for _, it := range l.Items {
 		w.objs[it.Metadata.Name] = it.Metadata.ResourceVersion
 	}
-	resp, err := openGet(ctx, c, nodeListURL(host, ns, w.node, url.Values{"watch": {"1"}, "resourceVersion": {l.Metadata.ResourceVersion}, "allowWatchBookmarks": {"true"}}))
+	// The watch outlives openBy; only its opening is bounded.
+	watchCtx, cancelWatch := context.WithCancel(ctx)
+	defer cancelWatch()
+	late := time.AfterFunc(time.Until(openBy), cancelWatch)
+	t1 := time.Now()
+	resp, err := openGet(watchCtx, c, nodeListURL(host, ns, w.node, url.Values{"watch": {"1"}, "resourceVersion": {l.Metadata.ResourceVersion}, "allowWatchBookmarks": {"true"}}))
+	if !late.Stop() && err == nil {
+		resp.Body.Close()
+		err = fmt.Errorf("watch %s: not open by the deadline", w.node)
+	}
 	if err != nil {
 		opened(err)
 		return err
 	}
+	w.watchMs = ms(time.Since(t1))
 	defer resp.Body.Close()
 	opened(nil)
 	events := newEventReader(resp.Body)
@@ -264,13 +280,16 @@ type nodePhase struct {
 	serverMs    float64 // the tier's processes' CPU over the window
 	apiMs       float64 // the apiserver's
 	established int
-	openLat     []float64 // the watchers' LISTs, all opening at once
-	lat         latencies
-	expected    int64
-	delivered   int64
-	replayed    int64
-	ended       int
-	firstErr    error
+	// openLat and watchLat are the watchers' LISTs and WATCH openings
+	// (-node-openers at once); openTime is how long all W took to open.
+	openLat, watchLat []float64
+	openTime          time.Duration
+	lat               latencies
+	expected          int64
+	delivered         int64
+	replayed          int64
+	ended             int
+	firstErr          error
 	// missing, extra and mismatched compare every watcher's view with the
 	// apiserver's LIST of its node.
 	missing, extra, mismatched int
@@ -312,7 +331,12 @@ func runNodePhase(ctx context.Context, env *benchEnv, t *nodeTarget, writer *pod
 		var established, failed atomic.Int64
 		var errMu sync.Mutex
 		var firstErr error
+		openStart := time.Now()
+		openBy := openStart.Add(no.openTimeout)
 		for i := range w {
+			if time.Now().After(openBy) {
+				break
+			}
 			nw := &nodeWatcher{node: benchNodeName(i % no.nodes), index: i % no.nodes}
 			watchers = append(watchers, nw)
 			sem <- struct{}{}
@@ -321,7 +345,7 @@ func runNodePhase(ctx context.Context, env *benchEnv, t *nodeTarget, writer *pod
 				defer wg.Done()
 				once := sync.OnceFunc(func() { <-sem })
 				defer once()
-				nw.err = nw.run(watchCtx, c, t.cfg.Host, writer.ns, since, func(err error) {
+				nw.err = nw.run(watchCtx, c, t.cfg.Host, writer.ns, since, openBy, func(err error) {
 					if err != nil {
 						failed.Add(1)
 						errMu.Lock()
@@ -339,8 +363,7 @@ func runNodePhase(ctx context.Context, env *benchEnv, t *nodeTarget, writer *pod
 				break
 			}
 		}
-		deadline := time.Now().Add(3 * time.Minute)
-		for established.Load()+failed.Load() < int64(len(watchers)) && time.Now().Before(deadline) {
+		for established.Load()+failed.Load() < int64(len(watchers)) && time.Now().Before(openBy) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		ph.established = int(established.Load())
@@ -351,13 +374,15 @@ func runNodePhase(ctx context.Context, env *benchEnv, t *nodeTarget, writer *pod
 			err := firstErr
 			errMu.Unlock()
 			if err == nil {
-				err = fmt.Errorf("not established after 3m")
+				err = fmt.Errorf("not all open after -node-open-timeout %s", no.openTimeout)
 			}
 			return ph, fmt.Errorf("%s: %d of %d watchers established: %w%s", t.name, ph.established, w, err, aliveNote(t))
 		}
 		for _, nw := range watchers {
 			ph.openLat = append(ph.openLat, nw.listMs)
+			ph.watchLat = append(ph.watchLat, nw.watchMs)
 		}
+		ph.openTime = time.Since(openStart)
 		time.Sleep(time.Second)
 	}
 	writer.reset()
@@ -683,9 +708,9 @@ func runNodes(ctx context.Context, o options, no *nodesOptions) error {
 
 // reportPhase logs a phase's figures as it ends.
 func reportPhase(server string, ph nodePhase) {
-	fmt.Fprintf(os.Stderr, "bench: %s, %d watchers: %d writes (%d dropped, %d failed) in %s; CPU server %.0f ms, apiserver %.0f ms; delivered %d/%d (replayed %d), p50 %s p99 %s; watcher LIST at open p50 %.1f ms; missing %d extra %d RV mismatches %d; ended early %d %v; requests to the apiserver per 1000 updates: %s\n",
+	fmt.Fprintf(os.Stderr, "bench: %s, %d watchers: %d writes (%d dropped, %d failed) in %s; CPU server %.0f ms, apiserver %.0f ms; delivered %d/%d (replayed %d), p50 %s p99 %s; opening %s (LIST p50 %.1f ms, WATCH p50 %.1f ms); missing %d extra %d RV mismatches %d; ended early %d %v; requests to the apiserver per 1000 updates: %s\n",
 		server, ph.watchers, ph.w.writes, ph.w.dropped, ph.w.failed, ph.window.Round(time.Millisecond), ph.serverMs, ph.apiMs,
-		ph.delivered, ph.expected, ph.replayed, ph.lat.quantile(0.5), ph.lat.quantile(0.99), pct(ph.openLat, 50),
+		ph.delivered, ph.expected, ph.replayed, ph.lat.quantile(0.5), ph.lat.quantile(0.99), ph.openTime.Round(time.Millisecond), pct(ph.openLat, 50), pct(ph.watchLat, 50),
 		ph.missing, ph.extra, ph.mismatched, ph.ended, ph.firstErr, ph.upstream)
 }
 
@@ -767,7 +792,9 @@ func printNodes(w io.Writer, r nodesReport) {
 				row{label, p("delivery latency p99"), "ms", msd(ap.lat.quantile(0.99)), msd(tp.lat.quantile(0.99)), verdict(ratioOf(msd(tp.lat.quantile(0.99)), msd(ap.lat.quantile(0.99))), 1.5)},
 				row{label, p("events delivered / expected"), "%", share(ap), share(tp), ""},
 				row{label, p("missing + extra objects + RV mismatches vs apiserver LIST"), "", wrong(ap), wrong(tp), missVerdict},
-				row{label, p("watcher opening LIST p50 (W opening, -node-openers at once)"), "ms", pct(ap.openLat, 50), pct(tp.openLat, 50), ""},
+				row{label, p("watchers opening: LIST p50 (-node-openers at once)"), "ms", pct(ap.openLat, 50), pct(tp.openLat, 50), ""},
+				row{label, p("watchers opening: WATCH until its headers, p50"), "ms", pct(ap.watchLat, 50), pct(tp.watchLat, 50), ""},
+				row{label, p("watchers opening: all W open"), "s", ap.openTime.Seconds(), tp.openTime.Seconds(), ""},
 			)
 			if tp.upstream != "" {
 				notes = append(notes, fmt.Sprintf("%s, W=%d: the tier's requests to the apiserver per 1000 updates: %s", tr.t.name, wc, tp.upstream))
