@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -124,5 +125,27 @@ func TestWatcherCounts(t *testing.T) {
 	n.watchers = "0,5"
 	if _, err := n.watcherCounts(); err == nil {
 		t.Error("W=0 accepted; every tier measures it anyway")
+	}
+}
+
+func TestBaselinesAt(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	b := baselines{{t0, 2}, {t0.Add(10 * time.Second), 4}, {t0.Add(20 * time.Second), 4}}
+	for _, c := range []struct {
+		at   time.Duration
+		want float64
+	}{
+		{-5 * time.Second, 2}, // before the first run: the first
+		{0, 2},
+		{5 * time.Second, 3}, // halfway between 2 and 4
+		{15 * time.Second, 4},
+		{30 * time.Second, 4}, // after the last: the last
+	} {
+		if got := b.at(t0.Add(c.at)); got != c.want {
+			t.Errorf("at(+%s) = %v, want %v", c.at, got, c.want)
+		}
+	}
+	if v := (baselines{}).at(t0); !math.IsNaN(v) {
+		t.Errorf("no runs: %v, want NaN", v)
 	}
 }

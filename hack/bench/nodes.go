@@ -274,7 +274,9 @@ func (w *nodeWatcher) run(ctx context.Context, c *http.Client, host, ns string, 
 
 // nodePhase is one run of the writer and what the watchers saw.
 type nodePhase struct {
-	watchers    int
+	watchers int
+	// start is when the writer started.
+	start       time.Time
 	w           writeResult
 	window      time.Duration
 	serverMs    float64 // the tier's processes' CPU over the window
@@ -393,6 +395,7 @@ func runNodePhase(ctx context.Context, env *benchEnv, t *nodeTarget, writer *pod
 		before = upstreamCounters(t.metricsClient, t.metrics)
 	}
 	s0, a0, start := cpuTicksAll(pids), cpuTicks(env.apiPID), time.Now()
+	ph.start = start
 	ph.w = writeLoop(ctx, no.rate, no.duration, no.writers, writer.write)
 	time.Sleep(writeTail)
 	ph.serverMs, ph.apiMs, ph.window = ticksMs(cpuTicksAll(pids)-s0), ticksMs(cpuTicks(env.apiPID)-a0), time.Since(start)
@@ -636,19 +639,23 @@ func runNodes(ctx context.Context, o options, no *nodesOptions) error {
 	for i := range no.pods {
 		writer.pods = append(writer.pods, benchPodName(i))
 	}
-	alone := func() (float64, error) {
+	// The writer alone runs before each server's phases and at the end;
+	// each phase is compared with the runs on either side of it
+	// (baselines.at: the apiserver's CPU per write drifts over a long run).
+	var alone baselines
+	runAlone := func() error {
 		fmt.Fprintf(os.Stderr, "bench: the writer alone, %d updates/s for %s\n", no.rate, no.duration)
 		ph, err := runNodePhase(ctx, env, nil, writer, 0, no)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if ph.w.writes == 0 {
-			return 0, fmt.Errorf("writer alone: no write succeeded (%d failed)", ph.w.failed)
+			return fmt.Errorf("writer alone: no write succeeded (%d failed)", ph.w.failed)
 		}
-		return ph.perUpdate(ph.apiMs), nil
+		alone = append(alone, baseline{ph.start, ph.perUpdate(ph.apiMs)})
+		return nil
 	}
-	alone1, err := alone()
-	if err != nil {
+	if err := runAlone(); err != nil {
 		return err
 	}
 
@@ -668,6 +675,9 @@ func runNodes(ctx context.Context, o options, no *nodesOptions) error {
 
 	var tiers []nodeTierResult
 	for _, kind := range strings.Split(no.tiers, ",") {
+		if err := runAlone(); err != nil {
+			return err
+		}
 		t, stop, err := startNodeTier(ctx, env, o, strings.TrimSpace(kind))
 		if err != nil {
 			return err
@@ -693,14 +703,11 @@ func runNodes(ctx context.Context, o options, no *nodesOptions) error {
 		stop()
 		tiers = append(tiers, r)
 	}
-	alone2, err := alone()
-	if err != nil {
+	if err := runAlone(); err != nil {
 		return err
 	}
-	perWrite := (alone1 + alone2) / 2
 	printNodes(os.Stdout, nodesReport{
-		o: no, podSize: float64(jsonBytes) / float64(d.count), counts: counts,
-		alone: [2]float64{alone1, alone2}, perWrite: perWrite,
+		o: no, podSize: float64(jsonBytes) / float64(d.count), counts: counts, alone: alone,
 		apiLists: apiLists, apiPhases: apiPhases, tiers: tiers,
 	})
 	return nil
@@ -714,12 +721,38 @@ func reportPhase(server string, ph nodePhase) {
 		ph.missing, ph.extra, ph.mismatched, ph.ended, ph.firstErr, ph.upstream)
 }
 
+// baseline is a run of the writer alone: when it started and the
+// apiserver's CPU per write.
+type baseline struct {
+	start    time.Time
+	perWrite float64
+}
+
+type baselines []baseline
+
+// at is the apiserver's CPU per write with nothing watching at t,
+// interpolated between the writer-alone runs before and after t.
+func (b baselines) at(t time.Time) float64 {
+	if len(b) == 0 {
+		return math.NaN()
+	}
+	if !t.After(b[0].start) {
+		return b[0].perWrite
+	}
+	for i := 1; i < len(b); i++ {
+		if t.Before(b[i].start) {
+			f := t.Sub(b[i-1].start).Seconds() / b[i].start.Sub(b[i-1].start).Seconds()
+			return b[i-1].perWrite + f*(b[i].perWrite-b[i-1].perWrite)
+		}
+	}
+	return b[len(b)-1].perWrite
+}
+
 type nodesReport struct {
 	o        *nodesOptions
 	podSize  float64
 	counts   []int
-	alone    [2]float64
-	perWrite float64
+	alone    baselines
 	apiLists nodeLists
 	// apiPhases are the apiserver's, by W.
 	apiPhases map[int]nodePhase
@@ -763,13 +796,13 @@ func printNodes(w io.Writer, r nodesReport) {
 		if ph, ok := tr.phases[0]; ok {
 			rows = append(rows,
 				row{label, "W=0 (tier connected, nothing watching it): tier CPU per update (ingestion)", "ms", nan, ph.perUpdate(ph.serverMs), ""},
-				row{label, "W=0: apiserver CPU per update the tier causes", "ms", nan, ph.perUpdate(ph.apiMs) - r.perWrite, ""},
+				row{label, "W=0: apiserver CPU per update the tier causes", "ms", nan, ph.perUpdate(ph.apiMs) - r.alone.at(ph.start), ""},
 			)
 		}
 		for _, wc := range r.counts {
 			ap, tp := r.apiPhases[wc], tr.phases[wc]
-			dispatch := ap.perUpdate(ap.apiMs) - r.perWrite
-			caused := tp.perUpdate(tp.apiMs) - r.perWrite
+			dispatch := ap.perUpdate(ap.apiMs) - r.alone.at(ap.start)
+			caused := tp.perUpdate(tp.apiMs) - r.alone.at(tp.start)
 			whole := tp.perUpdate(tp.serverMs) + caused
 			p := func(s string) string { return fmt.Sprintf("W=%d: %s", wc, s) }
 			share := func(ph nodePhase) float64 {
@@ -813,10 +846,14 @@ func printNodes(w io.Writer, r nodesReport) {
 			rows = append(rows, row{label, "index memory / cached bytes (" + strings.Join(tr.indexNames, ", ") + ")", "%", nan, share, verdict(share, 5)})
 		}
 	}
-	fmt.Fprintf(w, "node-scoped reads and watches: %d Pods (%.0f B of JSON each) on %d nodes; %d updates/s for %s per phase; the apiserver's CPU per update with nothing watching %.3f / %.3f ms (before / after; the mean is subtracted); load average %s\n",
-		r.o.pods, r.podSize, r.o.nodes, r.o.rate, r.o.duration, r.alone[0], r.alone[1], loadAvg())
+	var alone []string
+	for _, b := range r.alone {
+		alone = append(alone, fmt.Sprintf("%.3f", b.perWrite))
+	}
+	fmt.Fprintf(w, "node-scoped reads and watches: %d Pods (%.0f B of JSON each) on %d nodes; %d updates/s for %s per phase; the apiserver's CPU per update with nothing watching, before each server's phases and at the end: %s ms (each phase is compared with the runs either side of it, interpolated in time); load average %s\n",
+		r.o.pods, r.podSize, r.o.nodes, r.o.rate, r.o.duration, strings.Join(alone, " / "), loadAvg())
 	printTable(w, rows)
-	fmt.Fprintln(w, "CPU per update: over the writer's run and 1 s after it, per successful write. Apiserver dispatch = its CPU with W watchers on it - its CPU with nothing watching (the writes themselves).")
+	fmt.Fprintln(w, "CPU per update: over the writer's run and 1 s after it, per successful write. Apiserver dispatch = its CPU with W watchers on it - its CPU with nothing watching (the writes themselves); below ~0.1 ms it is within the noise of the subtraction.")
 	fmt.Fprintln(w, "The tier's whole cost = its processes' CPU + the apiserver's CPU in the same phase - its CPU with nothing watching (the tier's ingestion watch, RV fetches and probes). LIST by node: sequential, random nodes; the apiserver's CPU above its idle rate.")
 	for _, n := range notes {
 		fmt.Fprintln(w, n)
