@@ -143,6 +143,9 @@ func New(opts Options) *Server {
 		for _, result := range []string{"hit", "miss"} {
 			opts.Metrics.ListGzipChunks.WithLabelValues(res.label, result)
 		}
+		for _, field := range r.Entry.FieldIndexes {
+			opts.Metrics.IndexedLists.WithLabelValues(res.label, field)
+		}
 		// The series exists from the start (at 0): dashboards and alerts
 		// see "no errors", not "no data".
 		tableErrors := opts.Metrics.TableErrors.WithLabelValues(res.label)
