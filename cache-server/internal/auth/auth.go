@@ -75,6 +75,10 @@ type Options struct {
 	ImpersonationResults *prometheus.CounterVec
 	// Log receives a line for every refused impersonation.
 	Log logr.Logger
+	// PriorityAndFairness, when set, is the priority-and-fairness filter
+	// (package apf), put where kube-apiserver puts it: after
+	// authentication and impersonation, before authorization.
+	PriorityAndFairness func(http.Handler) http.Handler
 }
 
 // Wrap returns handler behind authentication and authorization, and the TLS
@@ -159,10 +163,14 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 
 // chain puts handler behind the filters in the order kube-apiserver's
 // DefaultBuildHandlerChain uses (k8s.io/apiserver/pkg/server/config.go):
-// request info, authentication, impersonation, authorization.
+// request info, authentication, impersonation, priority and fairness,
+// authorization.
 func chain(handler http.Handler, authn authenticator.Request, authz authorizer.Authorizer, rh *authenticatorfactory.RequestHeaderConfig, resolver request.RequestInfoResolver, opts Options) http.Handler {
 	codecs := scheme.Codecs
 	h := genericfilters.WithAuthorization(handler, authz, codecs)
+	if opts.PriorityAndFairness != nil {
+		h = opts.PriorityAndFairness(h)
+	}
 	h = withImpersonation(h, authz, codecs, opts.Log, opts.ImpersonationResults)
 	h = genericfilters.WithAuthentication(h, authn, genericfilters.Unauthorized(codecs), nil, rh)
 	return genericfilters.WithRequestInfo(h, resolver)

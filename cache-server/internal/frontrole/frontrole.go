@@ -20,6 +20,7 @@ import (
 
 	"github.com/cachetier/cachetier/api/topology"
 	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/cache-server/internal/apf"
 	"github.com/cachetier/cachetier/cache-server/internal/auth"
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
 	"github.com/cachetier/cachetier/cache-server/internal/fleet"
@@ -114,7 +115,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, OpenAPI: docs,
 	})
 	if cfg.ProbeListener != nil {
-		go serving.Probes(ctx, cfg.ProbeListener, reg, func() error {
+		go serving.Probes(ctx, cfg.ProbeListener, serving.Gatherer(reg, apf.Gatherer()), func() error {
 			for i, s := range sources {
 				select {
 				case <-s.Synced():
@@ -125,9 +126,11 @@ func Run(ctx context.Context, cfg Config) error {
 			return docs.Ready()
 		})
 	}
+	fairness := apf.Run(ctx, authClient, cfg.Spec.ServerConcurrencyLimit, api, m.APFConfigSynced.WithLabelValues(), cfg.Log)
 	return serving.Run(ctx, serving.Config{
 		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: authClient, PathPrefix: prefix,
 		API: api, Registry: reg, Metrics: m, Profiling: cfg.Profiling, Log: cfg.Log,
+		PriorityAndFairness: fairness.Filter, Gatherer: apf.Gatherer(),
 		GoawayChance: cfg.GoawayChance,
 		BeforeShutdown: func() {
 			for _, s := range sources {

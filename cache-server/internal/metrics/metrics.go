@@ -69,6 +69,9 @@ type Metrics struct {
 	UpstreamResponses *prometheus.CounterVec // code: responses of the apiserver to the tier's calls
 	ServingCertExpiry prometheus.Gauge       // NotAfter of the certificate being served, Unix seconds
 	MemoryLimit       *prometheus.GaugeVec   // no labels; only set when the process has a cgroup memory limit
+	// APFConfigSynced: no labels; set (0, then 1) where priority and
+	// fairness runs (standalone, fronts; package apf).
+	APFConfigSynced *prometheus.GaugeVec
 }
 
 // New creates the metrics and registers them on reg.
@@ -244,7 +247,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		Help: "When the OpenAPI documents were last polled successfully, in Unix seconds (0: never; shards never poll; a front answers /openapi/* with 503 until its first success).",
 	})
 	reg.MustRegister(m.OpenAPIRefreshes, m.OpenAPILastSuccess)
-	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit)
+	m.APFConfigSynced = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cachetier_priority_and_fairness_config_synced",
+		Help: "1 once priority and fairness has read the cluster's FlowSchemas and PriorityLevelConfigurations, 0 before (requests are then classified by the mandatory catch-all level); absent where it does not run (shards).",
+	}, nil)
+	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit, m.APFConfigSynced)
 	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark)
 	m.TableErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_table_errors_total",

@@ -50,12 +50,26 @@ type Config struct {
 	// GoawayChance is the fraction of HTTP/2 requests after which the
 	// client is asked to reconnect (withGoaway); 0 never.
 	GoawayChance float64
+	// PriorityAndFairness, when set, is the priority-and-fairness filter
+	// (auth.Options.PriorityAndFairness).
+	PriorityAndFairness func(http.Handler) http.Handler
+	// Gatherer, when set, is served at /metrics next to Registry (the
+	// library metrics of priority and fairness, apf.Gatherer).
+	Gatherer prometheus.Gatherer
+}
+
+// Gatherer is reg plus extra (when set): what /metrics serves.
+func Gatherer(reg *prometheus.Registry, extra prometheus.Gatherer) prometheus.Gatherer {
+	if extra == nil {
+		return reg
+	}
+	return prometheus.Gatherers{reg, extra}
 }
 
 // Run serves until ctx ends.
 func Run(ctx context.Context, cfg Config) error {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(Gatherer(cfg.Registry, cfg.Gatherer), promhttp.HandlerOpts{}))
 	mux.Handle("/", cfg.API)
 	if cfg.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -67,6 +81,7 @@ func Run(ctx context.Context, cfg Config) error {
 	handler, clientAuth, err := auth.Wrap(ctx, auth.Options{
 		Client: cfg.Client, PathPrefix: cfg.PathPrefix, AlwaysAllowPaths: []string{"/healthz", "/livez", "/readyz"},
 		ConnCacheResults: cfg.Metrics.AuthnConnCache, ImpersonationResults: cfg.Metrics.Impersonation, Log: cfg.Log,
+		PriorityAndFairness: cfg.PriorityAndFairness,
 	}, mux)
 	if err != nil {
 		return err
@@ -107,7 +122,7 @@ func Run(ctx context.Context, cfg Config) error {
 // Probes serves /metrics, /readyz and /livez over plain HTTP on ln (the
 // fleet's probe and scrape port) until ctx ends. ready returns nil when
 // the role can serve.
-func Probes(ctx context.Context, ln net.Listener, reg *prometheus.Registry, ready func() error) {
+func Probes(ctx context.Context, ln net.Listener, reg prometheus.Gatherer, ready func() error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
