@@ -33,10 +33,17 @@ import (
 //     utilflowcontrol.WatchInitialized there); a plain watch holds one
 //     seat until it is established.
 //
-// As in kube-apiserver, the estimate is clamped to the priority level's
-// maximum seats per request (15% of its concurrency, at most its
-// concurrency over its hand size): a request wider than its level could
-// never be dispatched.
+// Unlike kube-apiserver, the estimate is not clamped to the priority
+// level's "max seats" (15% of its concurrency, at most its concurrency
+// over its hand size), only to maxSeatsLimit. On a tier of a few cores
+// that clamp is one seat in most levels — global-default gets 9 of 100
+// seats, so at most 1 per request — which turned the estimate off: a
+// flooder's full LISTs of a 16 MiB resource ran dozens at a time on two
+// cores (cache-server/e2e/flood). A request wider than its level's
+// concurrency is dispatched by the queue set when the level has nothing
+// else executing (queueset canAccommodateSeatsLocked), so it still runs,
+// alone, and the requests of other flows with earlier virtual finish
+// times go first.
 const (
 	walkedPerSeat    = 1000
 	bytesPerSeat     = 1 << 20
@@ -46,12 +53,8 @@ const (
 	maxSeatsLimit = 100
 )
 
-// Seats is the width of a request of cost c in a level allowing maxSeats
-// per request (0: unknown, maxSeatsLimit).
-func Seats(c front.Cost, maxSeats uint64) uint64 {
-	if maxSeats == 0 || maxSeats > maxSeatsLimit {
-		maxSeats = maxSeatsLimit
-	}
+// Seats is the width of a request of cost c.
+func Seats(c front.Cost) uint64 {
 	var seats uint64 = 1
 	switch c.Kind {
 	case front.CostList, front.CostWatchList:
@@ -59,19 +62,18 @@ func Seats(c front.Cost, maxSeats uint64) uint64 {
 		mem := math.Ceil(float64(c.Held) / heldBytesPerSeat)
 		seats = uint64(max(cpu, mem, 1))
 	}
-	return min(seats, maxSeats)
+	return min(seats, maxSeatsLimit)
 }
 
 // estimator is the filter's WorkEstimatorFunc.
 func (a *APF) estimator() fcrequest.WorkEstimatorFunc {
-	return Estimator(a.opts.Costs, a.ctl.GetMaxSeats)
+	return Estimator(a.opts.Costs)
 }
 
-// Estimator returns the work estimator over costs; maxSeats is the
-// controller's per-level maximum (utilflowcontrol.Interface.GetMaxSeats).
-func Estimator(costs Coster, maxSeats func(priorityLevel string) uint64) fcrequest.WorkEstimatorFunc {
-	return func(r *http.Request, _, priorityLevel string) fcrequest.WorkEstimate {
+// Estimator returns the work estimator over costs.
+func Estimator(costs Coster) fcrequest.WorkEstimatorFunc {
+	return func(r *http.Request, _, _ string) fcrequest.WorkEstimate {
 		info, _ := request.RequestInfoFrom(r.Context())
-		return fcrequest.WorkEstimate{InitialSeats: Seats(costs.Cost(r, info), maxSeats(priorityLevel))}
+		return fcrequest.WorkEstimate{InitialSeats: Seats(costs.Cost(r, info))}
 	}
 }
