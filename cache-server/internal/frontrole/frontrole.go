@@ -57,6 +57,9 @@ type Config struct {
 	// (serving.Config.GoawayChance).
 	GoawayChance float64
 	Log          logr.Logger
+	// DisablePriorityAndFairness serves without priority and fairness
+	// (--enable-priority-and-fairness=false: measurements without it).
+	DisablePriorityAndFairness bool
 }
 
 // Run serves until ctx ends.
@@ -126,11 +129,14 @@ func Run(ctx context.Context, cfg Config) error {
 			return docs.Ready()
 		})
 	}
-	fairness := apf.Run(ctx, authClient, cfg.Spec.ServerConcurrencyLimit, api, m.APFConfigSynced.WithLabelValues(), cfg.Log)
+	var fairness func(http.Handler) http.Handler
+	if !cfg.DisablePriorityAndFairness {
+		fairness = apf.Run(ctx, authClient, cfg.Spec.ServerConcurrencyLimit, api, m.APFConfigSynced.WithLabelValues(), cfg.Log).Filter
+	}
 	return serving.Run(ctx, serving.Config{
 		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: authClient, PathPrefix: prefix,
 		API: api, Registry: reg, Metrics: m, Profiling: cfg.Profiling, Log: cfg.Log,
-		PriorityAndFairness: fairness.Filter, Gatherer: apf.Gatherer(),
+		PriorityAndFairness: fairness, Gatherer: apf.Gatherer(),
 		GoawayChance: cfg.GoawayChance,
 		BeforeShutdown: func() {
 			for _, s := range sources {

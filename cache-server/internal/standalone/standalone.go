@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -63,6 +64,9 @@ type Config struct {
 	// ListGzipCacheBytes bounds the compressed LIST chunks kept for later
 	// LISTs (front.Options.ListGzipCacheBytes).
 	ListGzipCacheBytes int64
+	// DisablePriorityAndFairness serves without priority and fairness
+	// (--enable-priority-and-fairness=false: measurements without it).
+	DisablePriorityAndFairness bool
 }
 
 // LoadProfile reads a CacheProfile manifest and applies the defaults the
@@ -187,11 +191,14 @@ func Run(ctx context.Context, cfg Config) error {
 		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, PathPrefix: prefix,
 		Version: ingested.Version, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, ListGzipCacheBytes: cfg.ListGzipCacheBytes, OpenAPI: docs,
 	})
-	fairness := apf.Run(ctx, authClient, cfg.Spec.ServerConcurrencyLimit, api, m.APFConfigSynced.WithLabelValues(), cfg.Log)
+	var fairness func(http.Handler) http.Handler
+	if !cfg.DisablePriorityAndFairness {
+		fairness = apf.Run(ctx, authClient, cfg.Spec.ServerConcurrencyLimit, api, m.APFConfigSynced.WithLabelValues(), cfg.Log).Filter
+	}
 	return serving.Run(ctx, serving.Config{
 		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: authClient, PathPrefix: prefix,
 		API: api, Registry: reg, Metrics: m, Profiling: cfg.Profiling, Log: cfg.Log,
-		PriorityAndFairness: fairness.Filter, Gatherer: apf.Gatherer(),
+		PriorityAndFairness: fairness, Gatherer: apf.Gatherer(),
 		BeforeShutdown: func() {
 			for _, r := range resources {
 				r.Hub.Close()
