@@ -45,6 +45,9 @@ type Fleet struct {
 // APIService.
 func StartFleet(ctx context.Context, cp *controlplane.ControlPlane, opts FleetOptions) (*Fleet, error) {
 	opts.Options = withDefaults(opts.Options)
+	if opts.Kubeconfig == "" {
+		opts.Kubeconfig = cp.AdminKubeconfig
+	}
 	if opts.Shards < 1 {
 		return nil, fmt.Errorf("a fleet needs at least one shard")
 	}
@@ -85,7 +88,7 @@ func StartFleet(ctx context.Context, cp *controlplane.ControlPlane, opts FleetOp
 		name := fmt.Sprintf("%s-shard-%d", opts.Profile, i)
 		topo.Shards = append(topo.Shards, topology.Shard{Name: name, FirstHashShard: r.First, LastHashShard: r.Last, Replicas: 1, Endpoints: []string{addr}})
 		_, log, err := cp.StartProcess(name, opts.Binary, "shard",
-			"--profile="+t.ProfileFile, "--kubeconfig="+cp.AdminKubeconfig, "--shard-name="+name,
+			"--profile="+t.ProfileFile, "--kubeconfig="+opts.Kubeconfig, "--shard-name="+name,
 			fmt.Sprintf("--hash-shards=%d-%d", r.First, r.Last), "--listen="+addr, "--metrics-listen="+metrics,
 			"--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile, "-v="+strconv.Itoa(opts.Verbosity))
 		if err != nil {
@@ -103,11 +106,12 @@ func StartFleet(ctx context.Context, cp *controlplane.ControlPlane, opts FleetOp
 		return nil, err
 	}
 	f.FrontMetricsURL = "http://" + frontMetrics
-	exited, log, err := cp.StartProcess("front-"+opts.Profile, opts.Binary, "front",
-		"--profile="+t.ProfileFile, "--topology="+topoFile, "--kubeconfig="+cp.AdminKubeconfig,
-		"--api-group="+t.Group, "--listen="+net.JoinHostPort(t.ClusterIP, strconv.Itoa(t.Port)),
-		"--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile, "--shard-ca-file="+caFile,
-		"--metrics-listen="+frontMetrics, "-v="+strconv.Itoa(opts.Verbosity))
+	t.Process = "front-" + opts.Profile
+	exited, log, err := cp.StartProcess(t.Process, opts.Binary, append([]string{"front",
+		"--profile=" + t.ProfileFile, "--topology=" + topoFile, "--kubeconfig=" + opts.Kubeconfig,
+		"--api-group=" + t.Group, "--listen=" + net.JoinHostPort(t.ClusterIP, strconv.Itoa(t.Port)),
+		"--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile, "--shard-ca-file=" + caFile,
+		"--metrics-listen=" + frontMetrics, "-v=" + strconv.Itoa(opts.Verbosity)}, opts.ExtraArgs...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -57,6 +57,12 @@ type Options struct {
 	Port int
 	// Verbosity is the cache-server's -v.
 	Verbosity int
+	// Kubeconfig is the identity the process talks to the apiserver with
+	// (default: the control plane's admin), e.g. a ServiceAccount holding
+	// only the fleet's ClusterRole.
+	Kubeconfig string
+	// ExtraArgs are appended to the standalone or front command line.
+	ExtraArgs []string
 }
 
 // Tier is a running, registered tier process.
@@ -80,6 +86,9 @@ type Tier struct {
 	ProfileFile, Log string
 	// Exited is closed when the process ends.
 	Exited <-chan struct{}
+	// Process is the name the control plane knows the process by
+	// (controlplane.ControlPlane.PID, StopProcess).
+	Process string
 
 	cp *controlplane.ControlPlane
 }
@@ -89,6 +98,9 @@ type Tier struct {
 // APIService that the aggregator reports Available.
 func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*Tier, error) {
 	opts = withDefaults(opts)
+	if opts.Kubeconfig == "" {
+		opts.Kubeconfig = cp.AdminKubeconfig
+	}
 	t := newTier(cp, opts)
 
 	dir := filepath.Join(cp.Dir, "tier-"+opts.Profile)
@@ -102,13 +114,15 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*T
 	certDir := filepath.Join(dir, "certs")
 	args := []string{"standalone",
 		"--profile=" + t.ProfileFile,
-		"--kubeconfig=" + cp.AdminKubeconfig,
+		"--kubeconfig=" + opts.Kubeconfig,
 		"--listen=" + net.JoinHostPort(t.ClusterIP, strconv.Itoa(t.Port)),
 		"--cert-dir=" + certDir,
 		"--tls-hosts=" + strings.Join([]string{t.ServerName, opts.ServiceName + "." + opts.Namespace, t.ClusterIP, "127.0.0.1", "localhost"}, ","),
 		"-v=" + strconv.Itoa(opts.Verbosity),
 	}
-	exited, logPath, err := cp.StartProcess("cache-server-"+opts.Profile, opts.Binary, args...)
+	args = append(args, opts.ExtraArgs...)
+	t.Process = "cache-server-" + opts.Profile
+	exited, logPath, err := cp.StartProcess(t.Process, opts.Binary, args...)
 	if err != nil {
 		return nil, err
 	}
