@@ -267,9 +267,9 @@ type floodResult struct {
 	// controllerHTTP are the HTTP responses behind the controller's
 	// client-go calls (retries included).
 	controllerHTTP summary
-	listTooMany                             []answer
-	watchesOpen                             int
-	peakRSS                                 int64 // VmHWM of the tier process, bytes
+	listTooMany    []answer
+	watchesOpen    int
+	peakRSS        int64 // VmHWM of the tier process, bytes
 }
 
 func (r floodResult) String() string {
