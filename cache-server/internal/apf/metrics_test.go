@@ -18,6 +18,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/cachetier/cachetier/cache-server/internal/front"
+	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/internal/metriclint"
 )
 
@@ -66,8 +67,22 @@ func TestGathererServesTheExportedFamilies(t *testing.T) {
 	var names []string
 	for _, mf := range mfs {
 		names = append(names, mf.GetName())
-		if !slices.Contains(Exported, mf.GetName()) {
-			t.Errorf("%s is served but not exported", mf.GetName())
+		labels, ok := metrics.FlowControl[mf.GetName()]
+		if !ok {
+			t.Errorf("%s is served but not listed in metrics.FlowControl", mf.GetName())
+			continue
+		}
+		// The labels the dashboard test checks panels against are the
+		// library's.
+		for _, m := range mf.GetMetric() {
+			var got []string
+			for _, l := range m.GetLabel() {
+				got = append(got, l.GetName())
+			}
+			if !sameSet(got, labels) {
+				t.Errorf("%s has labels %v, metrics.FlowControl says %v", mf.GetName(), got, labels)
+				break
+			}
 		}
 	}
 	for _, want := range []string{"apiserver_flowcontrol_dispatched_requests_total", "apiserver_flowcontrol_nominal_limit_seats", "apiserver_flowcontrol_work_estimated_seats"} {
@@ -82,4 +97,11 @@ func TestGathererServesTheExportedFamilies(t *testing.T) {
 	for _, p := range problems {
 		t.Error(p)
 	}
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
