@@ -123,6 +123,7 @@ func TestFlood(t *testing.T) {
 		tier := start("flood", 50)
 		withAPF = flood(t, ids, target{url: tier.DirectURL, ca: tier.DirectCA, serverName: tier.ServerName})
 		checkProtected(t, ctx, kc, withAPF)
+		checkRejectLog(t, tier.Log)
 		checkMetrics(t, ids, target{url: tier.DirectURL, ca: tier.DirectCA, serverName: tier.ServerName}, cp.PID(tier.Process), &withAPF)
 		checkMemory(t, "standalone", cp.PID(tier.Process), &withAPF)
 		t.Run("429 as kube-apiserver answers it", func(t *testing.T) {
@@ -151,6 +152,7 @@ func TestFlood(t *testing.T) {
 		front := target{url: fl.DirectURL, ca: fl.DirectCA, serverName: fl.ServerName}
 		r := flood(t, ids, front)
 		checkProtected(t, ctx, kc, r)
+		checkRejectLog(t, fl.Log)
 		checkMetrics(t, ids, front, cp.PID(fl.Process), &r)
 		checkMemory(t, "fleet front", cp.PID(fl.Process), &r)
 	})
@@ -423,6 +425,29 @@ func checkProtected(t *testing.T, ctx context.Context, kc kubernetes.Interface, 
 			t.Errorf("%s waited: %s", name, s)
 		}
 	}
+}
+
+// checkRejectLog: the tier's log names the flooder and its level, in a
+// line or two per minute, not one per 429.
+func checkRejectLog(t *testing.T, log string) {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "request rejected by priority and fairness (429)") {
+			lines = append(lines, line)
+		}
+	}
+	if len(lines) == 0 || len(lines) > 4 {
+		t.Fatalf("%d log lines about rejections, want 1 to 4 (a line per user and level per minute): %q", len(lines), lines)
+	}
+	if !strings.Contains(lines[0], `"user"="flooder"`) || !strings.Contains(lines[0], `"priorityLevel"="global-default"`) {
+		t.Errorf("the rejection log line does not name the flooder and its level: %s", lines[0])
+	}
+	t.Logf("tier log: %s", lines[0])
 }
 
 // series matches a Prometheus text line of a rejection counter.

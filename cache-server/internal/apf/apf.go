@@ -179,5 +179,17 @@ func (a *APF) Filter(handler http.Handler) http.Handler {
 	longRunning := request.LongRunningRequestCheck(func(_ *http.Request, ri *request.RequestInfo) bool {
 		return ri != nil && ri.Verb == "watch"
 	})
-	return genericfilters.WithPriorityAndFairness(handler, longRunning, a.ctl, a.estimator(), RequestWaitLimit)
+	filtered := genericfilters.WithPriorityAndFairness(handler, longRunning, a.ctl, a.estimator(), RequestWaitLimit)
+	rejections := newRejectLog(a.opts.Log)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r, c := withClassified(r)
+		cw := &codeWriter{ResponseWriter: w}
+		filtered.ServeHTTP(cw, r)
+		// A 429 from the filter (the handler behind it never answers
+		// 429: the tier does not throttle otherwise).
+		if cw.code == http.StatusTooManyRequests {
+			fs, pl := c.get()
+			rejections.rejected(r, fs, pl)
+		}
+	})
 }

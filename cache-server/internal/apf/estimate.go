@@ -72,7 +72,8 @@ func (a *APF) estimator() fcrequest.WorkEstimatorFunc {
 
 // Estimator returns the work estimator over costs.
 func Estimator(costs Coster) fcrequest.WorkEstimatorFunc {
-	return func(r *http.Request, _, _ string) fcrequest.WorkEstimate {
+	return func(r *http.Request, flowSchema, priorityLevel string) fcrequest.WorkEstimate {
+		noteClassified(r, flowSchema, priorityLevel)
 		info, _ := request.RequestInfoFrom(r.Context())
 		return fcrequest.WorkEstimate{InitialSeats: Seats(costs.Cost(r, info))}
 	}
