@@ -23,7 +23,7 @@ const rejectLogInterval = time.Minute
 // classified is what the work estimator learns of a request (the filter
 // tells it the flow schema and level it classified the request into).
 type classified struct {
-	mu                          sync.Mutex
+	mu                        sync.Mutex
 	flowSchema, priorityLevel string
 }
 
