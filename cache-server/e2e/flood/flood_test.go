@@ -287,6 +287,12 @@ func flood(t *testing.T, ids identities, tgt target) floodResult {
 	var wg sync.WaitGroup
 	var lists, watchLists, kubelets, controller, controllerHTTP record
 
+	// The well-behaved stop sending when the flood ends, but the requests
+	// they sent then complete: cut, they would count as rejections of
+	// their level (a request whose client leaves its queue is counted
+	// as a "time-out" rejection).
+	victimCtx, cancelVictims := context.WithTimeout(context.Background(), floodFor+time.Minute)
+	defer cancelVictims()
 	// Kubelets keep a watch of their node's pods open, as a kubelet does,
 	// and LIST them (their relists) every 250 ms.
 	watchCtx, stopWatches := context.WithCancel(context.Background())
@@ -317,20 +323,21 @@ func flood(t *testing.T, ids identities, tgt target) floodResult {
 				}
 			}
 		}()
-		loop(ctx, &wg, 1, 250*time.Millisecond, func(ctx context.Context, _ int) {
-			kubelets.add(get(ctx, c, tgt.url, path+"&resourceVersion=0"))
+		loop(ctx, &wg, 1, 250*time.Millisecond, func(context.Context, int) {
+			kubelets.add(get(victimCtx, c, tgt.url, path+"&resourceVersion=0"))
 		})
 	}
 	opened.Wait()
 	// A controller (client-go) reads its namespace consistently and GETs
-	// objects, 20 reads a second from 4 workers. A consistent read the
+	// objects from 4 workers (up to 40 reads a second). A consistent read the
 	// tier cannot prove fresh in time gets 504 with Retry-After, which
 	// client-go retries: what counts is that every call succeeds.
 	ctrl, err := tgt.clientset(ids.controller, &controllerHTTP)
 	if err != nil {
 		t.Fatal(err)
 	}
-	loop(ctx, &wg, 4, 200*time.Millisecond, func(ctx context.Context, w int) {
+	loop(ctx, &wg, 4, 200*time.Millisecond, func(_ context.Context, w int) {
+		ctx := victimCtx
 		controller.add(call(func() error {
 			_, err := ctrl.CoreV1().ConfigMaps("team-a").List(ctx, metav1.ListOptions{})
 			return err
