@@ -42,6 +42,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+
+	"github.com/cachetier/cachetier/cache-server/internal/deadline"
 )
 
 // ClientFor is the client for the TokenReviews and SubjectAccessReviews
@@ -79,6 +81,12 @@ type Options struct {
 	// (package apf), put where kube-apiserver puts it: after
 	// authentication and impersonation, before authorization.
 	PriorityAndFairness func(http.Handler) http.Handler
+	// RequestTimeout, when set, bounds every request but a watch (package
+	// deadline), put after authentication and impersonation so that
+	// TimedOut knows the user; TimedOut (optional) hears of the requests
+	// cut.
+	RequestTimeout time.Duration
+	TimedOut       func(r *http.Request)
 }
 
 // Wrap returns handler behind authentication and authorization, and the TLS
@@ -164,12 +172,18 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 // chain puts handler behind the filters in the order kube-apiserver's
 // DefaultBuildHandlerChain uses (k8s.io/apiserver/pkg/server/config.go):
 // request info, authentication, impersonation, priority and fairness,
-// authorization.
+// authorization — with the request deadline after impersonation (the
+// apiserver's is outside authentication; here it is inside so that a cut
+// request is logged with its user; only its clock starts later, by the
+// authentication's time).
 func chain(handler http.Handler, authn authenticator.Request, authz authorizer.Authorizer, rh *authenticatorfactory.RequestHeaderConfig, resolver request.RequestInfoResolver, opts Options) http.Handler {
 	codecs := scheme.Codecs
 	h := genericfilters.WithAuthorization(handler, authz, codecs)
 	if opts.PriorityAndFairness != nil {
 		h = opts.PriorityAndFairness(h)
+	}
+	if opts.RequestTimeout > 0 {
+		h = deadline.Filter(h, opts.RequestTimeout, opts.TimedOut)
 	}
 	h = withImpersonation(h, authz, codecs, opts.Log, opts.ImpersonationResults)
 	h = genericfilters.WithAuthentication(h, authn, genericfilters.Unauthorized(codecs), nil, rh)

@@ -72,6 +72,9 @@ type Metrics struct {
 	// APFConfigSynced: no labels; set (0, then 1) where priority and
 	// fairness runs (standalone, fronts; package apf).
 	APFConfigSynced *prometheus.GaugeVec
+	// RequestDeadlineExceeded: verb; requests still running at the
+	// request deadline (package deadline), cut there.
+	RequestDeadlineExceeded *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them on reg.
@@ -251,7 +254,14 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_priority_and_fairness_config_synced",
 		Help: "1 once priority and fairness has read the cluster's FlowSchemas and PriorityLevelConfigurations, 0 before (requests are then classified by the mandatory catch-all level); absent where it does not run (shards).",
 	}, nil)
-	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit, m.APFConfigSynced)
+	m.RequestDeadlineExceeded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_request_deadline_exceeded_total",
+		Help: "Requests other than watches still running at the request deadline (60 s, kube-apiserver's --request-timeout), by verb: cut there, a slow client's LIST releases what it held.",
+	}, []string{"verb"})
+	for _, verb := range []string{"get", "list"} {
+		m.RequestDeadlineExceeded.WithLabelValues(verb)
+	}
+	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit, m.APFConfigSynced, m.RequestDeadlineExceeded)
 	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark)
 	m.TableErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_table_errors_total",

@@ -17,9 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cachetier/cachetier/cache-server/internal/auth"
+	"github.com/cachetier/cachetier/cache-server/internal/deadline"
 	"github.com/cachetier/cachetier/cache-server/internal/memlimit"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 )
@@ -66,6 +68,23 @@ func Gatherer(reg *prometheus.Registry, extra prometheus.Gatherer) prometheus.Ga
 	return prometheus.Gatherers{reg, extra}
 }
 
+// timedOut counts and logs a request cut at its deadline: a client that
+// reads too slowly (or a read that took a minute, which the apiserver
+// would cut too).
+func timedOut(cfg Config) func(r *http.Request) {
+	return func(r *http.Request) {
+		verb, name := "", ""
+		if info, ok := request.RequestInfoFrom(r.Context()); ok {
+			verb = info.Verb
+		}
+		if u, ok := request.UserFrom(r.Context()); ok {
+			name = u.GetName()
+		}
+		cfg.Metrics.RequestDeadlineExceeded.WithLabelValues(verb).Inc()
+		cfg.Log.Info("request cut at its deadline", "user", name, "verb", verb, "path", r.URL.Path, "deadline", deadline.RequestTimeout)
+	}
+}
+
 // Run serves until ctx ends.
 func Run(ctx context.Context, cfg Config) error {
 	mux := http.NewServeMux()
@@ -82,6 +101,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Client: cfg.Client, PathPrefix: cfg.PathPrefix, AlwaysAllowPaths: []string{"/healthz", "/livez", "/readyz"},
 		ConnCacheResults: cfg.Metrics.AuthnConnCache, ImpersonationResults: cfg.Metrics.Impersonation, Log: cfg.Log,
 		PriorityAndFairness: cfg.PriorityAndFairness,
+		RequestTimeout:      deadline.RequestTimeout, TimedOut: timedOut(cfg),
 	}, mux)
 	if err != nil {
 		return err
