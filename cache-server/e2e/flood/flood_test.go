@@ -156,8 +156,8 @@ func TestFlood(t *testing.T) {
 		checkMetrics(t, ids, front, cp.PID(fl.Process), &r)
 		checkMemory(t, "fleet front", cp.PID(fl.Process), &r)
 	})
-	t.Logf("with priority and fairness:    %s", withAPF)
-	t.Logf("without priority and fairness: %s", withoutAPF)
+	t.Logf("with priority and fairness:    %s; peak RSS %d MiB", withAPF, withAPF.peakRSS>>20)
+	t.Logf("without priority and fairness: %s; peak RSS %d MiB", withoutAPF, withoutAPF.peakRSS>>20)
 }
 
 // seed creates the data set.
@@ -275,8 +275,8 @@ type floodResult struct {
 }
 
 func (r floodResult) String() string {
-	return fmt.Sprintf("flooder LISTs %s; flooder watch-lists %s; kubelets %s; controller %s (HTTP: %s); peak RSS %d MiB",
-		r.lists, r.watchLists, r.kubelets, r.controller, r.controllerHTTP, r.peakRSS>>20)
+	return fmt.Sprintf("flooder LISTs %s; flooder watch-lists %s; kubelets %s; controller %s (HTTP responses: %s)",
+		r.lists, r.watchLists, r.kubelets, r.controller, r.controllerHTTP)
 }
 
 // flood runs the load against tgt for floodFor.
@@ -428,7 +428,14 @@ func checkProtected(t *testing.T, ctx context.Context, kc kubernetes.Interface, 
 		if s.ok == 0 || s.tooMany > 0 || s.other > 0 || s.errs > 0 {
 			t.Errorf("%s were not served throughout: %s (first failure: %s)", name, s, s.firstOther)
 		}
-		if s.p99 > 5*time.Second {
+		// Generous bounds: the machine is shared. A controller's
+		// consistent read may wait out the freshness timeout (3 s), get
+		// 504 with Retry-After 1 and succeed on client-go's retry.
+		bound := 5 * time.Second
+		if name == "controller" {
+			bound = 10 * time.Second
+		}
+		if s.p99 > bound {
 			t.Errorf("%s waited: %s", name, s)
 		}
 	}
