@@ -28,6 +28,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/standalone"
 	"github.com/cachetier/cachetier/cache-server/internal/tables"
 	"github.com/cachetier/cachetier/cache-server/internal/upstreamhttp"
+	"github.com/cachetier/cachetier/internal/aggpath"
 )
 
 // Config is one front.
@@ -99,13 +100,13 @@ func Run(ctx context.Context, cfg Config) error {
 		resources = append(resources, front.Resource{Entry: e, Source: src, Hub: src.Hub(), Printer: printers[i]})
 	}
 	cfg.Log.Info("front", "shards", len(cfg.Topology.Shards), "hashShards", settings.HashShards, "resources", len(resources))
-	prefix := standalone.PathPrefix(cfg.ProfileName)
+	paths := aggpath.For(cfg.ProfileName)
 	docs, err := standalone.StartOpenAPI(ctx, cfg.ProfileName, cfg.Upstream, resources, m, cfg.Log)
 	if err != nil {
 		return err
 	}
 	api := front.New(front.Options{
-		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, PathPrefix: prefix,
+		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, Paths: paths,
 		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, OpenAPI: docs,
 	})
 	if cfg.ProbeListener != nil {
@@ -121,7 +122,7 @@ func Run(ctx context.Context, cfg Config) error {
 		})
 	}
 	return serving.Run(ctx, serving.Config{
-		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: kc, PathPrefix: prefix,
+		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: kc, Paths: paths,
 		API: api, Registry: reg, Metrics: m, Profiling: cfg.Profiling, Log: cfg.Log,
 		GoawayChance: cfg.GoawayChance,
 		BeforeShutdown: func() {
