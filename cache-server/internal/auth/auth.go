@@ -40,12 +40,15 @@ import (
 	"k8s.io/apiserver/pkg/server/options"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 
 	"github.com/cachetier/cachetier/internal/aggpath"
 )
 
 // Options configure the delegated auth chain.
 type Options struct {
+	// Client sends the TokenReviews and SubjectAccessReviews; build it
+	// from ClientConfig.
 	Client kubernetes.Interface
 	// Paths are the profile's aggregated paths: a request below one is
 	// authorized as the Kubernetes path below it (see front.Options.Paths).
@@ -62,6 +65,21 @@ type Options struct {
 	ImpersonationResults *prometheus.CounterVec
 	// Log receives a line for every refused impersonation.
 	Log logr.Logger
+}
+
+// ClientConfig is a copy of cfg for the client Options.Client should be:
+// every caller the tier has not seen in the last seconds costs a
+// TokenReview or SubjectAccessReview through it (a SubjectAccessReview per
+// distinct request attributes, field selectors included: 500 kubelets'
+// node-scoped LISTs and watches are 1,000 of them). At client-go's default
+// 5 QPS they queued for minutes, and the aggregator's availability check,
+// authorized behind them, timed out and turned the APIService unavailable
+// (503 for everyone). k8s.io/apiserver's delegating authentication and
+// authorization clients use 200 QPS, burst 400, for the same reason.
+func ClientConfig(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.QPS, c.Burst = 200, 400
+	return c
 }
 
 // Wrap returns handler behind authentication and authorization, and the TLS

@@ -44,4 +44,3 @@ func TestServedBelowBothPrefixes(t *testing.T) {
 		}
 	}
 }
-

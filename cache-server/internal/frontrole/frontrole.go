@@ -20,6 +20,7 @@ import (
 
 	"github.com/cachetier/cachetier/api/topology"
 	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/cache-server/internal/auth"
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
 	"github.com/cachetier/cachetier/cache-server/internal/fleet"
 	"github.com/cachetier/cachetier/cache-server/internal/front"
@@ -73,7 +74,7 @@ func Run(ctx context.Context, cfg Config) error {
 	reg := serving.Registry(cfg.Registry)
 	m := metrics.New(reg)
 	upstreamCfg := upstreamhttp.Instrument(cfg.Upstream, m.UpstreamResponses)
-	kc, err := kubernetes.NewForConfig(upstreamCfg)
+	kc, err := kubernetes.NewForConfig(auth.ClientConfig(upstreamCfg))
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/cache-server/internal/auth"
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
 	"github.com/cachetier/cachetier/cache-server/internal/memrelease"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
@@ -57,7 +58,7 @@ type Result struct {
 func Start(ctx context.Context, cfg Config) (*Result, error) {
 	upstreamCfg := upstreamhttp.Instrument(cfg.Upstream, cfg.Metrics.UpstreamResponses)
 	upstreamCfg.Timeout = 0 // watches are long-lived; each request bounds itself
-	kc, err := kubernetes.NewForConfig(upstreamCfg)
+	kc, err := kubernetes.NewForConfig(auth.ClientConfig(upstreamCfg))
 	if err != nil {
 		return nil, err
 	}
