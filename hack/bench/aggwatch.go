@@ -309,7 +309,6 @@ func kubeletLikeConfig(ctx context.Context, env *benchEnv, group, probe string) 
 	}
 }
 
-
 // aggWatchers counts what the watches saw.
 type aggWatchers struct {
 	// opened counts watch responses (200); established the nodes whose
