@@ -140,7 +140,7 @@ func startBenchTiers(ctx context.Context, env *benchEnv, o options, set string) 
 		metrics []string
 	}{{"standalone", st, []string{st.DirectURL + "/metrics"}}, {fmt.Sprintf("fleet (%d shards)", shards), fl.Tier, fl.ShardMetricsURLs}} {
 		direct := rest.CopyConfig(env.admin)
-		direct.Host = t.t.DirectURL + t.t.Prefix
+		direct.Host = t.t.DirectURL + t.t.Paths.Prefix
 		direct.CAData, direct.CAFile, direct.ServerName = t.t.DirectCA, "", t.t.ServerName
 		aggr := rest.CopyConfig(env.admin)
 		aggr.Host = t.t.AggregatedURL

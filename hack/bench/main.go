@@ -109,10 +109,11 @@ func main() {
 	flag.StringVar(&o.profileDir, "profile-dir", "", "write CPU profiles of both servers under LIST load here (/debug/pprof/profile; both serve it to the admin)")
 	flag.DurationVar(&o.freshness, "freshness-timeout", 0, "the tier profile's freshnessTimeout (default: the profile's default, 3s); the 100k-object scale run on a loaded machine needs more")
 	flag.IntVar(&o.fleet, "fleet", 0, "run the tier as a fleet of this many shard processes and a front (list mode; apicost, quietread and nodes run one next to the standalone tier, default 2 shards; CPU and RSS summed over the processes)")
-	mode := flag.String("mode", "list", "benchmark: list, watchlist, fanout, watch (watchlist and fanout), nodes, probecost, apicost or quietread")
+	mode := flag.String("mode", "list", "benchmark: list, watchlist, fanout, watch (watchlist and fanout), nodes, probecost, apicost, quietread or aggwatch")
 	wo := watchFlags()
 	fo := freshFlags()
 	no := nodesFlags()
+	ao := aggWatchFlags()
 	flag.Parse()
 	o.settle = fo.api.settle
 	no.writers, no.podSize = wo.writers, pods.size
@@ -139,6 +140,12 @@ func main() {
 		wo.watchList = *mode != "fanout"
 		wo.fanout = *mode != "watchlist"
 		if err := runWatch(context.Background(), o, wo); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	case "aggwatch":
+		if err := runAggWatch(context.Background(), o, wo, ao); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}

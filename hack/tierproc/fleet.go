@@ -109,7 +109,7 @@ func StartFleet(ctx context.Context, cp *controlplane.ControlPlane, opts FleetOp
 	t.Process = "front-" + opts.Profile
 	exited, log, err := cp.StartProcess(t.Process, opts.Binary, append([]string{"front",
 		"--profile=" + t.ProfileFile, "--topology=" + topoFile, "--kubeconfig=" + opts.Kubeconfig,
-		"--api-group=" + t.Group, "--listen=" + net.JoinHostPort(t.ClusterIP, strconv.Itoa(t.Port)),
+		"--api-group=" + t.Paths.Group, "--listen=" + net.JoinHostPort(t.ClusterIP, strconv.Itoa(t.Port)),
 		"--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile, "--shard-ca-file=" + caFile,
 		"--metrics-listen=" + frontMetrics, "-v=" + strconv.Itoa(opts.Verbosity)}, opts.ExtraArgs...)...)
 	if err != nil {

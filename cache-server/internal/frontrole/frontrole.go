@@ -30,6 +30,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/standalone"
 	"github.com/cachetier/cachetier/cache-server/internal/tables"
 	"github.com/cachetier/cachetier/cache-server/internal/upstreamhttp"
+	"github.com/cachetier/cachetier/internal/aggpath"
 )
 
 // Config is one front.
@@ -108,13 +109,13 @@ func Run(ctx context.Context, cfg Config) error {
 		resources = append(resources, front.Resource{Entry: e, Source: src, Hub: src.Hub(), Printer: printers[i]})
 	}
 	cfg.Log.Info("front", "shards", len(cfg.Topology.Shards), "hashShards", settings.HashShards, "resources", len(resources))
-	prefix := standalone.PathPrefix(cfg.ProfileName)
+	paths := aggpath.For(cfg.ProfileName)
 	docs, err := standalone.StartOpenAPI(ctx, cfg.ProfileName, cfg.Upstream, resources, m, cfg.Log)
 	if err != nil {
 		return err
 	}
 	api := front.New(front.Options{
-		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, PathPrefix: prefix,
+		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, Paths: paths,
 		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, OpenAPI: docs,
 	})
 	if cfg.ProbeListener != nil {
@@ -134,7 +135,7 @@ func Run(ctx context.Context, cfg Config) error {
 		fairness = apf.Run(ctx, authClient, cfg.Spec.ServerConcurrencyLimit, api, m.APFConfigSynced.WithLabelValues(), cfg.Log).Filter
 	}
 	return serving.Run(ctx, serving.Config{
-		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: authClient, PathPrefix: prefix,
+		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: authClient, Paths: paths,
 		API: api, Registry: reg, Metrics: m, Profiling: cfg.Profiling, Log: cfg.Log,
 		PriorityAndFairness: fairness, Gatherer: apf.Gatherer(),
 		GoawayChance: cfg.GoawayChance,
