@@ -107,24 +107,37 @@ func newAnswer(resp *http.Response) answer {
 		pfFlow: resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID"), pfLevel: resp.Header.Get("X-Kubernetes-PF-PriorityLevel-UID")}
 }
 
+// send GETs path. The answer is complete (done) unless the response is a
+// 200, whose body the caller reads and closes; start is when it was sent.
+func send(ctx context.Context, c *http.Client, base, path string) (resp *http.Response, a answer, start time.Time, done bool) {
+	start = time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	if err != nil {
+		return nil, answer{err: err}, start, true
+	}
+	resp, err = c.Do(req)
+	if err != nil {
+		return nil, answer{err: err, latency: time.Since(start)}, start, true
+	}
+	a = newAnswer(resp)
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		a.body, a.latency = string(b), time.Since(start)
+		return nil, a, start, true
+	}
+	return resp, a, start, false
+}
+
 // get sends a GET of path and reads the whole body (a flood reads what it
 // asked for; discarding would let the server skip the work).
 func get(ctx context.Context, c *http.Client, base, path string) answer {
-	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
-	if err != nil {
-		return answer{err: err}
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return answer{err: err, latency: time.Since(start)}
+	resp, a, start, done := send(ctx, c, base, path)
+	if done {
+		return a
 	}
 	defer resp.Body.Close()
-	a := newAnswer(resp)
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		a.body = string(b)
-	} else if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
 		a.err = err
 	}
 	a.latency = time.Since(start)
@@ -134,23 +147,11 @@ func get(ctx context.Context, c *http.Client, base, path string) answer {
 // watchUntilInitialEnd opens a watch-list of path and reads it up to its
 // initial-events-end bookmark.
 func watchUntilInitialEnd(ctx context.Context, c *http.Client, base, path string) answer {
-	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
-	if err != nil {
-		return answer{err: err}
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return answer{err: err, latency: time.Since(start)}
-	}
-	defer resp.Body.Close()
-	a := newAnswer(resp)
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		a.body = string(b)
-		a.latency = time.Since(start)
+	resp, a, start, done := send(ctx, c, base, path)
+	if done {
 		return a
 	}
+	defer resp.Body.Close()
 	buf := make([]byte, 64<<10)
 	var tail []byte
 	for {

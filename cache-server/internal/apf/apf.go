@@ -179,16 +179,16 @@ func (a *APF) Filter(handler http.Handler) http.Handler {
 	longRunning := request.LongRunningRequestCheck(func(_ *http.Request, ri *request.RequestInfo) bool {
 		return ri != nil && ri.Verb == "watch"
 	})
-	filtered := genericfilters.WithPriorityAndFairness(handler, longRunning, a.ctl, a.estimator(), RequestWaitLimit)
+	executed := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		noteExecuted(r)
+		handler.ServeHTTP(w, r)
+	})
+	filtered := genericfilters.WithPriorityAndFairness(executed, longRunning, a.ctl, a.estimator(), RequestWaitLimit)
 	rejections := newRejectLog(a.opts.Log)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r, c := withClassified(r)
-		cw := &codeWriter{ResponseWriter: w}
-		filtered.ServeHTTP(cw, r)
-		// A 429 from the filter (the handler behind it never answers
-		// 429: the tier does not throttle otherwise).
-		if cw.code == http.StatusTooManyRequests {
-			fs, pl := c.get()
+		filtered.ServeHTTP(w, r)
+		if rejected, fs, pl := c.rejected(); rejected {
 			rejections.rejected(r, fs, pl)
 		}
 	})

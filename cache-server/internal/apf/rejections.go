@@ -20,11 +20,14 @@ import (
 // logged.
 const rejectLogInterval = time.Minute
 
-// classified is what the work estimator learns of a request (the filter
-// tells it the flow schema and level it classified the request into).
+// classified is what the filter learned of a request: the flow schema
+// and level it classified it into (told to the work estimator), and
+// whether it let it execute. A request classified and never executed was
+// rejected with 429 (queue full, or its wait ended).
 type classified struct {
 	mu                        sync.Mutex
 	flowSchema, priorityLevel string
+	executed                  bool
 }
 
 type classifiedKey struct{}
@@ -34,42 +37,36 @@ func withClassified(r *http.Request) (*http.Request, *classified) {
 	return r.WithContext(context.WithValue(r.Context(), classifiedKey{}, c)), c
 }
 
+func classifiedOf(r *http.Request) *classified {
+	c, _ := r.Context().Value(classifiedKey{}).(*classified)
+	return c
+}
+
 // noteClassified records fs and pl on r's classified, if it has one.
 func noteClassified(r *http.Request, fs, pl string) {
-	if c, ok := r.Context().Value(classifiedKey{}).(*classified); ok {
+	if c := classifiedOf(r); c != nil {
 		c.mu.Lock()
 		c.flowSchema, c.priorityLevel = fs, pl
 		c.mu.Unlock()
 	}
 }
 
-func (c *classified) get() (fs, pl string) {
+// noteExecuted records that the filter let r's request execute.
+func noteExecuted(r *http.Request) {
+	if c := classifiedOf(r); c != nil {
+		c.mu.Lock()
+		c.executed = true
+		c.mu.Unlock()
+	}
+}
+
+// rejected tells whether the request was classified and not executed,
+// and how it was classified.
+func (c *classified) rejected() (rejected bool, fs, pl string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.flowSchema, c.priorityLevel
+	return c.priorityLevel != "" && !c.executed, c.flowSchema, c.priorityLevel
 }
-
-// codeWriter keeps the status code a handler wrote.
-type codeWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *codeWriter) WriteHeader(code int) {
-	if w.code == 0 {
-		w.code = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *codeWriter) Write(b []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *codeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 type rejectKey struct{ user, priorityLevel string }
 
