@@ -23,6 +23,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/apf"
 	"github.com/cachetier/cachetier/cache-server/internal/auth"
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
+	"github.com/cachetier/cachetier/cache-server/internal/deadline"
 	"github.com/cachetier/cachetier/cache-server/internal/fleet"
 	"github.com/cachetier/cachetier/cache-server/internal/front"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
@@ -137,7 +138,7 @@ func Run(ctx context.Context, cfg Config) error {
 	return serving.Run(ctx, serving.Config{
 		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: authClient, Paths: paths,
 		API: api, Registry: reg, Metrics: m, Profiling: cfg.Profiling, Log: cfg.Log,
-		PriorityAndFairness: fairness, Gatherer: apf.Gatherer(),
+		PriorityAndFairness: fairness, Gatherer: apf.Gatherer(), RequestTimeout: deadline.RequestTimeout,
 		GoawayChance: cfg.GoawayChance,
 		BeforeShutdown: func() {
 			for _, s := range sources {

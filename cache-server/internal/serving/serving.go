@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cachetier/cachetier/cache-server/internal/auth"
-	"github.com/cachetier/cachetier/cache-server/internal/deadline"
 	"github.com/cachetier/cachetier/cache-server/internal/memlimit"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/internal/aggpath"
@@ -57,6 +56,13 @@ type Config struct {
 	// PriorityAndFairness, when set, is the priority-and-fairness filter
 	// (auth.Options.PriorityAndFairness).
 	PriorityAndFairness func(http.Handler) http.Handler
+	// RequestTimeout, when set, bounds every request but a watch (package
+	// deadline; deadline.RequestTimeout where clients are served). A
+	// shard sets none: its clients are fronts, whose requests have
+	// deadlines of their own and cancel the shard's work when cut, and its
+	// change stream to a front (/shard/v1/watch, not a "watch" verb to
+	// the request-info parser) must not be cut.
+	RequestTimeout time.Duration
 	// Gatherer, when set, is served at /metrics next to Registry (the
 	// library metrics of priority and fairness, apf.Gatherer).
 	Gatherer prometheus.Gatherer
@@ -83,7 +89,7 @@ func timedOut(cfg Config) func(r *http.Request) {
 			name = u.GetName()
 		}
 		cfg.Metrics.RequestDeadlineExceeded.WithLabelValues(verb).Inc()
-		cfg.Log.Info("request cut at its deadline", "user", name, "verb", verb, "path", r.URL.Path, "deadline", deadline.RequestTimeout)
+		cfg.Log.Info("request cut at its deadline", "user", name, "verb", verb, "path", r.URL.Path, "deadline", cfg.RequestTimeout)
 	}
 }
 
@@ -103,7 +109,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Client: cfg.Client, Paths: cfg.Paths, AlwaysAllowPaths: []string{"/healthz", "/livez", "/readyz"},
 		ConnCacheResults: cfg.Metrics.AuthnConnCache, ImpersonationResults: cfg.Metrics.Impersonation, Log: cfg.Log,
 		PriorityAndFairness: cfg.PriorityAndFairness,
-		RequestTimeout:      deadline.RequestTimeout, TimedOut: timedOut(cfg),
+		RequestTimeout:      cfg.RequestTimeout, TimedOut: timedOut(cfg),
 	}, mux)
 	if err != nil {
 		return err
