@@ -60,12 +60,6 @@ const (
 	cachedCollection = "/api/v1/configmaps"
 )
 
-// aggregatedServerPath is where a profile's tier is reached below the
-// apiserver's URL: what a kubeconfig's server URL (the profile's
-// status.serverURL) ends in. The one place to change when that path
-// changes.
-func aggregatedServerPath(group string) string { return "/apis/" + group + "/v1alpha1" }
-
 var (
 	cp    *controlplane.ControlPlane
 	admin *rest.Config
@@ -201,7 +195,7 @@ func directTarget(name string, t *tierproc.Tier) target {
 }
 
 func aggregatedTarget(name string, t *tierproc.Tier) target {
-	return target{name: name, base: cp.URL + aggregatedServerPath(t.Group), roots: pool(cp.ClusterCA.CertPEM), aggregated: true}
+	return target{name: name, base: t.Paths.ServerURL(cp.URL), roots: pool(cp.ClusterCA.CertPEM), aggregated: true}
 }
 
 func pool(pemCerts []byte) *x509.CertPool {

@@ -23,7 +23,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -42,6 +41,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+
+	"github.com/cachetier/cachetier/internal/aggpath"
 )
 
 // ClientFor is the client for the TokenReviews and SubjectAccessReviews
@@ -59,10 +60,12 @@ func ClientFor(cfg *rest.Config) (kubernetes.Interface, error) {
 
 // Options configure the delegated auth chain.
 type Options struct {
+	// Client sends the TokenReviews and SubjectAccessReviews; build it
+	// with ClientFor.
 	Client kubernetes.Interface
-	// PathPrefix is stripped before the request is classified for
-	// authorization (see front.Options.PathPrefix).
-	PathPrefix string
+	// Paths are the profile's aggregated paths: a request below one is
+	// authorized as the Kubernetes path below it (see front.Options.Paths).
+	Paths aggpath.Paths
 	// AlwaysAllowPaths skip authentication and authorization (probes).
 	AlwaysAllowPaths []string
 	// CacheTTL for TokenReview and SubjectAccessReview answers.
@@ -142,7 +145,7 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 	if err != nil {
 		return nil, 0, fmt.Errorf("build authorizer: %w", err)
 	}
-	resolver := &prefixResolver{prefix: opts.PathPrefix, factory: &request.RequestInfoFactory{
+	resolver := &prefixResolver{paths: opts.Paths, factory: &request.RequestInfoFactory{
 		APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api"),
 	}}
 	h := chain(handler, authn, authz, rh, resolver, opts)
@@ -169,16 +172,18 @@ func chain(handler http.Handler, authn authenticator.Request, authz authorizer.A
 }
 
 // prefixResolver classifies the request as the resource it reads: a GET of
-// /apis/<profile>.cache.cachetier.io/v1alpha1/api/v1/pods is "list pods".
+// /apis/<profile>.cache.cachetier.io/v1alpha1/watch/api/v1/pods is "list
+// pods". The group-version's own path (the aggregator's discovery) keeps its
+// classification, a non-resource URL.
 type prefixResolver struct {
-	prefix  string
+	paths   aggpath.Paths
 	factory *request.RequestInfoFactory
 }
 
 func (p *prefixResolver) NewRequestInfo(r *http.Request) (*request.RequestInfo, error) {
-	if p.prefix != "" && strings.HasPrefix(r.URL.Path, p.prefix+"/") {
+	if rest, under := p.paths.Strip(r.URL.Path); under != "" && rest != "" {
 		r2 := r.Clone(r.Context())
-		r2.URL.Path = strings.TrimPrefix(r.URL.Path, p.prefix)
+		r2.URL.Path = rest
 		return p.factory.NewRequestInfo(r2)
 	}
 	return p.factory.NewRequestInfo(r)

@@ -90,7 +90,7 @@ func Start(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 		hub := watch.New(watch.Options{
-			Resource: e.Resource.String(), Store: st, Metrics: cfg.Metrics, Log: cfg.Log,
+			Resource: e.Resource.String(), Store: st, FieldIndexes: e.FieldIndexes, Metrics: cfg.Metrics, Log: cfg.Log,
 			HistoryWindow: cfg.HistoryWindow,
 		})
 		ing := upstream.New(upstream.Options{

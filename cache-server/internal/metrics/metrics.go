@@ -37,6 +37,10 @@ type Metrics struct {
 	WatchListInitial   *prometheus.HistogramVec // resource: request start to initial-events-end bookmark
 	WatchBufferFill    *prometheus.HistogramVec // resource: watcher lag / buffer size when it reads
 	WatchDelivery      *prometheus.HistogramVec // resource: event received from upstream to written to a watcher
+	// How the hub dispatches events (package watch's index).
+	WatchDispatchWatchers   *prometheus.GaugeVec     // resource, type: indexed, unindexed
+	WatchIndexValues        *prometheus.GaugeVec     // resource: distinct indexed values watched
+	WatchDispatchCandidates *prometheus.HistogramVec // resource: watchers an event was offered to
 
 	// A fleet's shards (serving fronts) and fronts (calling shards).
 	ShardRequests        *prometheus.CounterVec   // verb, resource, outcome
@@ -156,6 +160,19 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from receiving an event from the apiserver to writing it to a watcher.",
 			Buckets: []float64{.0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"resource"}),
+		WatchDispatchWatchers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cachetier_watch_dispatch_watchers",
+			Help: "Active watchers by how events reach them: indexed (their field selector requires a value of an indexed field, such as spec.nodeName=<node>; only events whose old or new object has that value are offered to them) or unindexed (every event of the resource is).",
+		}, []string{"resource", "type"}),
+		WatchIndexValues: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cachetier_watch_index_values",
+			Help: "Distinct values of indexed fields that at least one indexed watcher requires; indexed watchers divided by it is the watchers per value.",
+		}, []string{"resource"}),
+		WatchDispatchCandidates: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cachetier_watch_dispatch_candidates",
+			Help:    "Watchers each published event was offered to: the indexed watchers of its old and new values plus every unindexed watcher (the work of dispatching it).",
+			Buckets: []float64{0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000},
+		}, []string{"resource"}),
 	}
 	m.ProtobufConversions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_protobuf_messages_total",
@@ -265,6 +282,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.IndexEntries, m.IndexValues, m.IndexBytes, m.IndexedLists)
 	reg.MustRegister(m.AuthnConnCache, m.Impersonation, m.Goaways, m.MemoryReleased, m.ProtobufConversions, m.TableErrors)
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
+	reg.MustRegister(m.WatchDispatchWatchers, m.WatchIndexValues, m.WatchDispatchCandidates)
 	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes, m.ProgressProbeBookmark,
 		m.UpstreamEvents, m.UpstreamRelists, m.UpstreamWatchListFallbacks, m.UpstreamRV, m.UpstreamLatestRV,
 		m.ShardObjects, m.ShardBytes, m.ShardAppliedRV)
