@@ -55,6 +55,10 @@ type Options struct {
 	SecurePort int
 	// ExtraAPIServerFlags are appended to the apiserver's command line.
 	ExtraAPIServerFlags []string
+	// AuditPolicy, when set, is an audit.k8s.io/v1 Policy (YAML): the
+	// apiserver writes the events it selects to ControlPlane.AuditLog
+	// (see audit.go), so a test can count who sent which request.
+	AuditPolicy string
 	// NetNS, when set (a path such as /var/run/netns/<name>), runs etcd,
 	// kube-apiserver and every StartProcess child inside that network
 	// namespace (through nsenter, which only switches the network
@@ -90,6 +94,9 @@ type ControlPlane struct {
 	// PKI names the files the control plane's certificates and keys were
 	// written to, for components that need them (kube-controller-manager).
 	PKI PKIFiles
+	// AuditLog is the apiserver's audit log (JSON lines) when
+	// Options.AuditPolicy was set; ReadAudit parses it.
+	AuditLog string
 
 	removeDir     bool
 	netns         string
@@ -335,6 +342,16 @@ func (cp *ControlPlane) startAPIServer(port int, advertise net.IP, etcdURL strin
 			// address, and endpoint validation forbids loopback ones.
 			"--endpoint-reconciler-type=none",
 		)
+	}
+	if opts.AuditPolicy != "" {
+		policy := filepath.Join(cp.Dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(opts.AuditPolicy), 0o600); err != nil {
+			return err
+		}
+		cp.AuditLog = filepath.Join(cp.Dir, "audit.log")
+		// The log backend's default mode is blocking: an event is in the
+		// file before the request is answered.
+		args = append(args, "--audit-policy-file="+policy, "--audit-log-path="+cp.AuditLog, "--audit-log-format=json")
 	}
 	cp.apiserverArgs = append(args, opts.ExtraAPIServerFlags...)
 	_, err := cp.spawn("kube-apiserver", cp.apiserverArgs...)

@@ -34,6 +34,9 @@ type Fleet struct {
 	// ShardMetricsURLs the shards'.
 	FrontMetricsURL  string
 	ShardMetricsURLs []string
+	// ShardAddrs are the shards' HTTPS API addresses (host:port), which
+	// only the front calls.
+	ShardAddrs []string
 	// ShardLogs are the shard processes' outputs.
 	ShardLogs []string
 }
@@ -44,7 +47,7 @@ type Fleet struct {
 // pods use; waits until the front is ready and registers it with an
 // APIService.
 func StartFleet(ctx context.Context, cp *controlplane.ControlPlane, opts FleetOptions) (*Fleet, error) {
-	opts.Options = withDefaults(opts.Options)
+	opts.Options = withDefaults(cp, opts.Options)
 	if opts.Shards < 1 {
 		return nil, fmt.Errorf("a fleet needs at least one shard")
 	}
@@ -85,13 +88,14 @@ func StartFleet(ctx context.Context, cp *controlplane.ControlPlane, opts FleetOp
 		name := fmt.Sprintf("%s-shard-%d", opts.Profile, i)
 		topo.Shards = append(topo.Shards, topology.Shard{Name: name, FirstHashShard: r.First, LastHashShard: r.Last, Replicas: 1, Endpoints: []string{addr}})
 		_, log, err := cp.StartProcess(name, opts.Binary, "shard",
-			"--profile="+t.ProfileFile, "--kubeconfig="+cp.AdminKubeconfig, "--shard-name="+name,
+			"--profile="+t.ProfileFile, "--kubeconfig="+opts.Kubeconfig, "--shard-name="+name,
 			fmt.Sprintf("--hash-shards=%d-%d", r.First, r.Last), "--listen="+addr, "--metrics-listen="+metrics,
 			"--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile, "-v="+strconv.Itoa(opts.Verbosity))
 		if err != nil {
 			return nil, err
 		}
 		f.ShardMetricsURLs = append(f.ShardMetricsURLs, "http://"+metrics)
+		f.ShardAddrs = append(f.ShardAddrs, addr)
 		f.ShardLogs = append(f.ShardLogs, log)
 	}
 	topoFile := filepath.Join(dir, "topology.yaml")
@@ -104,7 +108,7 @@ func StartFleet(ctx context.Context, cp *controlplane.ControlPlane, opts FleetOp
 	}
 	f.FrontMetricsURL = "http://" + frontMetrics
 	exited, log, err := cp.StartProcess("front-"+opts.Profile, opts.Binary, "front",
-		"--profile="+t.ProfileFile, "--topology="+topoFile, "--kubeconfig="+cp.AdminKubeconfig,
+		"--profile="+t.ProfileFile, "--topology="+topoFile, "--kubeconfig="+opts.Kubeconfig,
 		"--api-group="+t.Paths.Group, "--listen="+net.JoinHostPort(t.ClusterIP, strconv.Itoa(t.Port)),
 		"--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile, "--shard-ca-file="+caFile,
 		"--metrics-listen="+frontMetrics, "-v="+strconv.Itoa(opts.Verbosity))

@@ -58,6 +58,11 @@ type Options struct {
 	Port int
 	// Verbosity is the cache-server's -v.
 	Verbosity int
+	// Kubeconfig is how every process of the tier reaches the apiserver
+	// (default: the control plane's admin kubeconfig). Tests give the
+	// tier its own identity, or a path through something between it and
+	// the apiserver.
+	Kubeconfig string
 }
 
 // Tier is a running, registered tier process.
@@ -96,7 +101,7 @@ type Tier struct {
 // stops it first), waits until it serves /readyz, and registers it with an
 // APIService that the aggregator reports Available.
 func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*Tier, error) {
-	opts = withDefaults(opts)
+	opts = withDefaults(cp, opts)
 	t := newTier(cp, opts)
 
 	dir := filepath.Join(cp.Dir, "tier-"+opts.Profile)
@@ -110,7 +115,7 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*T
 	certDir := filepath.Join(dir, "certs")
 	args := []string{"standalone",
 		"--profile=" + t.ProfileFile,
-		"--kubeconfig=" + cp.AdminKubeconfig,
+		"--kubeconfig=" + opts.Kubeconfig,
 		"--listen=" + net.JoinHostPort(t.ClusterIP, strconv.Itoa(t.Port)),
 		"--cert-dir=" + certDir,
 		"--tls-hosts=" + strings.Join([]string{t.ServerName, opts.ServiceName + "." + opts.Namespace, t.ClusterIP, "127.0.0.1", "localhost"}, ","),
@@ -148,7 +153,10 @@ func writeProfile(path string, opts Options) error {
 	})
 }
 
-func withDefaults(opts Options) Options {
+func withDefaults(cp *controlplane.ControlPlane, opts Options) Options {
+	if opts.Kubeconfig == "" {
+		opts.Kubeconfig = cp.AdminKubeconfig
+	}
 	if opts.Namespace == "" {
 		opts.Namespace = "cachetier-system"
 	}
