@@ -409,7 +409,8 @@ func probe(path string) *corev1.Probe {
 }
 
 // podSpec is shared by shards and front; podLabels select the pod's own
-// replica set for the default anti-affinity.
+// replica set (one shard's pods, or the fronts), which placement spreads
+// over nodes.
 func podSpec(p *cachev1alpha1.CacheProfile, opts Options, podLabels map[string]string, c corev1.Container, volumes []corev1.Volume) corev1.PodSpec {
 	image := p.Spec.Image
 	if image == "" {
@@ -423,20 +424,7 @@ func podSpec(p *cachev1alpha1.CacheProfile, opts Options, podLabels map[string]s
 	c.LivenessProbe = probe("/livez")
 	c.VolumeMounts = append([]corev1.VolumeMount{{Name: "config", MountPath: ConfigMountPath, ReadOnly: true}}, c.VolumeMounts...)
 	sched := p.Spec.Scheduling.DeepCopy()
-	affinity := sched.Affinity
-	if affinity == nil {
-		// Replicas of one shard (or of the front) are interchangeable: losing
-		// a node should not take all of them.
-		affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
-				Weight: 100,
-				PodAffinityTerm: corev1.PodAffinityTerm{
-					TopologyKey:   corev1.LabelHostname,
-					LabelSelector: &metav1.LabelSelector{MatchLabels: podLabels},
-				},
-			}},
-		}}
-	}
+	tolerations, spread := placement(*sched, podLabels)
 	return corev1.PodSpec{
 		ServiceAccountName:            serviceAccountName(p),
 		AutomountServiceAccountToken:  ptr.To(true), // the cache-server talks to the apiserver
@@ -447,9 +435,9 @@ func podSpec(p *cachev1alpha1.CacheProfile, opts Options, podLabels map[string]s
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(p)}},
 		}}}, volumes...),
 		NodeSelector:              sched.NodeSelector,
-		Tolerations:               sched.Tolerations,
-		Affinity:                  affinity,
-		TopologySpreadConstraints: sched.TopologySpreadConstraints,
+		Tolerations:               tolerations,
+		Affinity:                  sched.Affinity,
+		TopologySpreadConstraints: spread,
 		PriorityClassName:         sched.PriorityClassName,
 	}
 }
@@ -566,8 +554,24 @@ func BuildFrontDeployment(p *cachev1alpha1.CacheProfile, opts Options, configHas
 	}
 }
 
-// BuildPDB allows voluntary disruption of one pod at a time per shard (and
-// for the front), so a drain never takes a whole shard down.
+// BuildPDB allows voluntary disruption (an eviction: kubectl drain, a
+// cluster autoscaler) of one pod at a time per shard and for the front, and
+// only while the others are ready: with two or more replicas a drain never
+// takes a shard's last ready replica; it waits, retrying, until the
+// replacement of the previous one is ready.
+//
+// With one replica (replicasPerShard or frontReplicas 1) there is nothing
+// to keep: maxUnavailable 1 lets the drain evict the only pod, and its
+// hash shards are unserved (reads of them wait, then answer 504) until the
+// replacement on another node has loaded them. A budget that protected it
+// (minAvailable 1) would make every drain of its node hang until someone
+// deletes the pod by hand, which is the same gap, later. Profiles that
+// must not have the gap run two replicas.
+//
+// Unhealthy pods may always be evicted (unhealthyPodEvictionPolicy
+// AlwaysAllow): a replica that never turns ready (a crash loop, a node
+// without the image) protects nothing, and under the default policy it
+// would block every drain of its node for as long as it is broken.
 func BuildPDB(p *cachev1alpha1.CacheProfile, opts Options, name, component string, selector map[string]string) *policyv1.PodDisruptionBudget {
 	m := objectMeta(p, opts.Namespace, name, component)
 	if v, ok := selector[LabelShard]; ok {
@@ -577,8 +581,9 @@ func BuildPDB(p *cachev1alpha1.CacheProfile, opts Options, name, component strin
 		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
 		ObjectMeta: m,
 		Spec: policyv1.PodDisruptionBudgetSpec{
-			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
-			Selector:       &metav1.LabelSelector{MatchLabels: selector},
+			MaxUnavailable:             ptr.To(intstr.FromInt32(1)),
+			Selector:                   &metav1.LabelSelector{MatchLabels: selector},
+			UnhealthyPodEvictionPolicy: ptr.To(policyv1.AlwaysAllow),
 		},
 	}
 }

@@ -150,8 +150,8 @@ func TestBuildDesiredShapes(t *testing.T) {
 			t.Errorf("pod template lacks selector label %s=%s", k, v)
 		}
 	}
-	if aff := s1.Spec.Template.Spec.Affinity; aff == nil || aff.PodAntiAffinity == nil {
-		t.Error("default anti-affinity missing")
+	if hostnameSpread(s1.Spec.Template.Spec) == nil {
+		t.Error("default spread over nodes missing")
 	}
 	if pdb := d.ShardPDBs[1]; pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.Selector.MatchLabels[LabelShard] != "1" {
 		t.Errorf("shard PDB: %+v", pdb.Spec)
@@ -238,8 +238,11 @@ func TestBuildDesiredOptionalParts(t *testing.T) {
 		t.Fatalf("ServiceMonitor: %v", d.ServiceMonitor)
 	}
 	for _, spec := range []corev1.PodSpec{d.Shards[0].Spec.Template.Spec, d.Front.Spec.Template.Spec} {
-		if spec.NodeSelector["pool"] != "cache" || len(spec.Tolerations) != 1 || spec.Affinity.NodeAffinity == nil ||
-			spec.Affinity.PodAntiAffinity != nil || len(spec.TopologySpreadConstraints) != 1 || spec.PriorityClassName != "high" {
+		// The profile's scheduling, with the operator's node-loss
+		// tolerations and spread over nodes after it (placement.go).
+		if spec.NodeSelector["pool"] != "cache" || len(spec.Tolerations) != 3 || spec.Tolerations[0].Key != "dedicated" || spec.Affinity.NodeAffinity == nil ||
+			spec.Affinity.PodAntiAffinity != nil || len(spec.TopologySpreadConstraints) != 2 ||
+			spec.TopologySpreadConstraints[0].TopologyKey != "topology.kubernetes.io/zone" || spec.PriorityClassName != "high" {
 			t.Errorf("scheduling not copied: %+v", spec)
 		}
 		if spec.Containers[0].Image != "example.com/custom:v2" {
