@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/client-go/rest"
 )
 
@@ -49,7 +51,7 @@ func newHTTPClient(cfg *rest.Config, caFile string, recheck time.Duration) (*htt
 		}
 		tlsCfg.Certificates = []tls.Certificate{pair}
 	}
-	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	dialer := shardDialer()
 	transport := &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
 		// Our own TLS dial: the shard's certificate is verified against
@@ -93,6 +95,40 @@ func newHTTPClient(cfg *rest.Config, caFile string, recheck time.Duration) (*htt
 		return nil, err
 	}
 	return &http.Client{Transport: rt}, nil
+}
+
+// A shard replica whose node dies answers nothing more, not even a reset:
+// its connections stay open on the front's side, and its change stream —
+// which feeds the front's merged watermark, that every consistent read
+// waits for — only stalls. With the kernel's defaults a silent peer is
+// found after minutes (keepalive: 30 s idle and 9 probes; unacknowledged
+// data: ~15 retransmissions). These bounds find it in about ten seconds,
+// after which the stream is reopened on another replica and a request
+// written to a dead pooled connection fails over to the next replica. A
+// live shard's kernel answers the probes whatever its process is doing, so
+// a busy replica is never mistaken for a dead one.
+var deadPeerKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 3}
+
+// shardDialer connects to a shard replica: a short connect timeout (a read
+// fails over to another replica when a shard pod is gone) and the bounds
+// above.
+func shardDialer() *net.Dialer {
+	return &net.Dialer{Timeout: 5 * time.Second, KeepAliveConfig: deadPeerKeepAlive, Control: setUserTimeout}
+}
+
+// deadPeerUserTimeout bounds how long sent data may stay unacknowledged
+// (TCP_USER_TIMEOUT), which also ends the keepalive probing of an idle
+// connection.
+const deadPeerUserTimeout = 10 * time.Second
+
+func setUserTimeout(_, _ string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(deadPeerUserTimeout/time.Millisecond))
+	}); err != nil {
+		return err
+	}
+	return serr
 }
 
 // verify checks a shard's certificate chain against the bundle and host.
