@@ -147,8 +147,9 @@ func (r *CacheProfileReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// changes.
 		WatchesMetadata(crd, handler.EnqueueRequestsFromMapFunc(r.allProfiles),
 			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return isMonitoringCRD(o.GetName()) }))).
-		// A fleet pod evicted by Kubernetes (nodeloss.go): its profile.
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(profileOfPod), builder.WithPredicates(podTerminating)).
+		// A fleet pod placed on a node or evicted by Kubernetes
+		// (nodeloss.go): its profile.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(profileOfPod), builder.WithPredicates(podPlacedOrTerminating)).
 		// A node lost or back: every profile (nodes change rarely; a
 		// profile whose pods are elsewhere reconciles to no change).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allProfiles), builder.WithPredicates(nodeHealthChanged)).
@@ -162,14 +163,20 @@ func profileOfPod(_ context.Context, o client.Object) []reconcile.Request {
 	return nil
 }
 
-// podTerminating passes a pod that turned (or is, when the cache fills)
-// terminating.
-var podTerminating = predicate.Funcs{
-	CreateFunc: func(e event.CreateEvent) bool { return e.Object.GetDeletionTimestamp() != nil },
+// podPlacedOrTerminating passes a fleet pod that appeared, was bound to a
+// node, turned terminating or went — what can put a pod on a lost node,
+// make it one to delete, or take it off — not its status updates.
+var podPlacedOrTerminating = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return true },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		return e.ObjectOld.GetDeletionTimestamp() == nil && e.ObjectNew.GetDeletionTimestamp() != nil
+		o, ok1 := e.ObjectOld.(*corev1.Pod)
+		n, ok2 := e.ObjectNew.(*corev1.Pod)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return o.Spec.NodeName != n.Spec.NodeName || (o.DeletionTimestamp == nil && n.DeletionTimestamp != nil)
 	},
-	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return true },
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
@@ -483,6 +490,7 @@ func (r *CacheProfileReconciler) handleNodeLoss(ctx context.Context, p *cachev1a
 	}
 	loss := FindNodeLoss(pods.Items, nodes)
 	logger := log.FromContext(ctx)
+	deleted := map[types.UID]bool{}
 	for _, lp := range loss.Delete {
 		pod := lp.Pod
 		err := r.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID})
@@ -498,8 +506,14 @@ func (r *CacheProfileReconciler) handleNodeLoss(ctx context.Context, p *cachev1a
 			"unreachableSince", lp.Since, "evictedAt", pod.DeletionTimestamp)
 		r.Metrics.LostPodDeleted(p.Name, lp.Component)
 		r.event(p, corev1.EventTypeWarning, "LostPodDeleted", "Delete", why)
+		deleted[pod.UID] = true
 	}
-	return loss.Problems, nil
+	if len(deleted) == 0 {
+		return loss.Problems, nil
+	}
+	// The status describes the pods that are left.
+	left := slices.DeleteFunc(pods.Items, func(pod corev1.Pod) bool { return deleted[pod.UID] })
+	return FindNodeLoss(left, nodes).Problems, nil
 }
 
 // shardsSettled: every desired shard runs the current spec with all its

@@ -122,7 +122,7 @@ func TestStatusNamesTheLostNode(t *testing.T) {
 
 // TestNodeHealthChangedIgnoresHeartbeats: the node watch reacts to a node
 // turning NotReady or tainted, not to the status updates a healthy kubelet
-// posts.
+// posts; the pod watch to a pod placed or evicted, not to its status.
 func TestNodeHealthChangedIgnoresHeartbeats(t *testing.T) {
 	old := testNode("n", corev1.ConditionTrue)
 	heartbeat := old.DeepCopy()
@@ -142,11 +142,23 @@ func TestNodeHealthChangedIgnoresHeartbeats(t *testing.T) {
 	if !nodeHealthChanged.Create(event.CreateEvent{Object: old}) || !nodeHealthChanged.Delete(event.DeleteEvent{Object: old}) {
 		t.Error("a node appearing or going is a change")
 	}
-	pod := fleetPod("p", "n", ComponentShard, "s", false)
-	evicted := pod.DeepCopy()
+	pod := fleetPod("p", "", ComponentShard, "s", false)
+	status := pod.DeepCopy()
+	status.Status.Phase = corev1.PodRunning
+	bound := pod.DeepCopy()
+	bound.Spec.NodeName = "n"
+	evicted := bound.DeepCopy()
 	evicted.DeletionTimestamp = &lostAt
-	if podTerminating.Update(event.UpdateEvent{ObjectOld: &pod, ObjectNew: &pod}) || !podTerminating.Update(event.UpdateEvent{ObjectOld: &pod, ObjectNew: evicted}) ||
-		!podTerminating.Create(event.CreateEvent{Object: evicted}) || podTerminating.Create(event.CreateEvent{Object: &pod}) {
-		t.Error("podTerminating must pass exactly the pods that are (or turned) terminating")
+	for _, tc := range []struct {
+		name     string
+		old, new *corev1.Pod
+		want     bool
+	}{{"status", &pod, status, false}, {"bound", &pod, bound, true}, {"evicted", bound, evicted, true}, {"still evicted", evicted, evicted, false}} {
+		if got := podPlacedOrTerminating.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
+			t.Errorf("pod update %s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if !podPlacedOrTerminating.Create(event.CreateEvent{Object: &pod}) || !podPlacedOrTerminating.Delete(event.DeleteEvent{Object: &pod}) {
+		t.Error("a pod appearing or going is news")
 	}
 }
