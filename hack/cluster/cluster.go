@@ -208,7 +208,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}
 	for _, n := range c.Nodes {
-		if err := n.waitReady(ctx); err != nil {
+		if err := n.waitReady(ctx, start); err != nil {
 			return c, err
 		}
 	}

@@ -26,7 +26,7 @@ func TestPlanAddressesStaysInSharedSpaceAndApart(t *testing.T) {
 		}
 		cp := a.ControlPlane
 		ips := []net.IP{cp.HostIP, cp.UplinkIP, cp.HubIP, a.APIServerServiceIP, a.DNSServiceIP, a.ServiceCIDR.IP, a.ClusterCIDR.IP}
-		ranges := []*net.IPNet{a.ServiceCIDR, {IP: cp.HostIP.Mask(net.CIDRMask(30, 32)), Mask: net.CIDRMask(30, 32)}, {IP: cp.HubIP.Mask(net.CIDRMask(24, 32)), Mask: net.CIDRMask(24, 32)}}
+		ranges := []*net.IPNet{a.ServiceCIDR, network(cp.HostIP, 30), network(cp.HubIP, 24)}
 		names := map[string]bool{cp.Uplink: true, cp.Hub: true}
 		netns := map[string]bool{cp.NetNS: true}
 		for _, n := range a.Nodes {
@@ -134,8 +134,18 @@ func TestNetStepsRouteEveryNodeToEveryOther(t *testing.T) {
 	}
 	for _, s := range steps {
 		joined := strings.Join(s, " ")
-		if strings.Contains(joined, "route add") && (strings.Contains(joined, "default") || strings.Contains(joined, "0.0.0.0/0")) {
+		if !strings.Contains(joined, "route add") {
+			continue
+		}
+		if strings.Contains(joined, "default") || strings.Contains(joined, "0.0.0.0/0") {
 			t.Errorf("a default route: %s", joined)
+		}
+		// A route's destination is a network, not an address in one
+		// (ip refuses "invalid prefix for given prefix length").
+		for _, arg := range s {
+			if ip, n, err := net.ParseCIDR(arg); err == nil && !ip.Equal(n.IP) {
+				t.Errorf("route to %s, not to its network %s: %s", arg, n, joined)
+			}
 		}
 	}
 	if !has("", "route add", a.Block.String(), "via", a.ControlPlane.UplinkIP.String()) {

@@ -228,7 +228,7 @@ func netSteps(a Addresses) [][]string {
 			// The host's uplink through the control plane. No default
 			// route: nothing in a node can reach anything outside the
 			// cluster.
-			in(n.NetNS, "ip", "route", "add", cidrString(cp.HostIP, 30), "via", cp.HubIP.String(), "dev", n.Link),
+			in(n.NetNS, "ip", "route", "add", network(cp.HostIP, 30).String(), "via", cp.HubIP.String(), "dev", n.Link),
 			in(n.NetNS, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"),
 			// Replies of a pod to a pod that reached it through a
 			// ClusterIP cross the bridge; kube-proxy's conntrack must see
@@ -339,3 +339,9 @@ func linkExists(name string) bool {
 }
 
 func cidrString(ip net.IP, ones int) string { return fmt.Sprintf("%s/%d", ip, ones) }
+
+// network is the prefix of length ones that holds ip.
+func network(ip net.IP, ones int) *net.IPNet {
+	mask := net.CIDRMask(ones, 32)
+	return &net.IPNet{IP: ip.Mask(mask), Mask: mask}
+}

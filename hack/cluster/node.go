@@ -165,9 +165,10 @@ func (n *Node) importImages(ctx context.Context) error {
 	return nil
 }
 
-// waitReady waits until the Node reports Ready, failing at once when one
-// of the cluster's processes exits.
-func (n *Node) waitReady(ctx context.Context) error {
+// waitReady waits until the Node reports Ready from a heartbeat at or
+// after since (a restarted kubelet's, not the status its predecessor left),
+// failing at once when one of the cluster's processes exits.
+func (n *Node) waitReady(ctx context.Context, since time.Time) error {
 	cs, _, err := n.c.Clientset()
 	if err != nil {
 		return err
@@ -180,7 +181,9 @@ func (n *Node) waitReady(ctx context.Context) error {
 			}
 			for _, cond := range node.Status.Conditions {
 				if cond.Type == corev1.NodeReady {
-					return fmt.Sprintf("Ready=%s %s: %s", cond.Status, cond.Reason, cond.Message), cond.Status == corev1.ConditionTrue
+					fresh := !cond.LastHeartbeatTime.Time.Before(since.Truncate(time.Second))
+					return fmt.Sprintf("Ready=%s %s: %s (heartbeat %s)", cond.Status, cond.Reason, cond.Message, cond.LastHeartbeatTime.Format(time.RFC3339)),
+						cond.Status == corev1.ConditionTrue && fresh
 				}
 			}
 			return "no Ready condition yet", false
@@ -235,6 +238,7 @@ func (c *Cluster) StartNode(ctx context.Context, name string) error {
 	if !n.down {
 		return fmt.Errorf("node %s is running", name)
 	}
+	start := time.Now()
 	if err := setNodeLink(ctx, c.Addresses, n.Addresses, true); err != nil {
 		return err
 	}
@@ -242,8 +246,7 @@ func (c *Cluster) StartNode(ctx context.Context, name string) error {
 		return err
 	}
 	n.down = false
-	start := time.Now()
-	if err := n.waitReady(ctx); err != nil {
+	if err := n.waitReady(ctx, start); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.log, "node %s started again: Ready after %s\n", name, time.Since(start).Round(time.Millisecond))
