@@ -24,11 +24,15 @@ import (
 // the fleet's CA by publishing old and new CA together before shards serve
 // certificates of the new one, and a front that kept the old bundle would
 // lose its shards until restarted.
-func NewHTTPClient(cfg *rest.Config, caFile string) (*http.Client, error) {
-	return newHTTPClient(cfg, caFile, 10*time.Second)
+//
+// resolve, when not nil, gives the current address of a shard replica's
+// name (ReplicaAddresses.Lookup); a name it does not know is looked up in
+// DNS. Either way the shard's certificate is verified against the name.
+func NewHTTPClient(cfg *rest.Config, caFile string, resolve func(host string) (string, bool)) (*http.Client, error) {
+	return newHTTPClient(cfg, caFile, 10*time.Second, resolve)
 }
 
-func newHTTPClient(cfg *rest.Config, caFile string, recheck time.Duration) (*http.Client, error) {
+func newHTTPClient(cfg *rest.Config, caFile string, recheck time.Duration, resolve func(string) (string, bool)) (*http.Client, error) {
 	roots := &caFileRoots{path: caFile, every: recheck}
 	if _, err := roots.pool(); err != nil {
 		return nil, err
@@ -62,11 +66,17 @@ func newHTTPClient(cfg *rest.Config, caFile string, recheck time.Duration) (*htt
 		// shard answer is one bulk stream, which HTTP/2's framing and flow
 		// control only slow down (docs/benchmarks.md, "Fleet").
 		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			host, _, err := net.SplitHostPort(addr)
+			host, port, err := net.SplitHostPort(addr)
 			if err != nil {
 				return nil, err
 			}
-			raw, err := dialer.DialContext(ctx, network, addr)
+			target := addr
+			if resolve != nil {
+				if ip, ok := resolve(host); ok {
+					target = net.JoinHostPort(ip, port)
+				}
+			}
+			raw, err := dialer.DialContext(ctx, network, target)
 			if err != nil {
 				return nil, err
 			}

@@ -48,7 +48,7 @@ func TestHTTPClientFollowsCARotation(t *testing.T) {
 	if err := os.WriteFile(caFile, oldCA.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	client, err := newHTTPClient(&rest.Config{BearerToken: "front-token"}, caFile, 0)
+	client, err := newHTTPClient(&rest.Config{BearerToken: "front-token"}, caFile, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestHTTPClientFollowsCARotation(t *testing.T) {
 		resp.Body.Close()
 		t.Fatal("a certificate for another host was accepted")
 	}
-	if _, err := NewHTTPClient(&rest.Config{}, filepath.Join(t.TempDir(), "missing")); err == nil {
+	if _, err := NewHTTPClient(&rest.Config{}, filepath.Join(t.TempDir(), "missing"), nil); err == nil {
 		t.Fatal("a missing CA file was accepted")
 	}
 }
