@@ -125,29 +125,31 @@ func WithDefaults(in *cachev1alpha1.CacheProfile) *cachev1alpha1.CacheProfile {
 // APIService are nil when not wanted (the APIService is then deleted; the
 // monitoring kinds are only unwanted when their CRD is gone).
 type Desired struct {
-	ServiceAccount     *corev1.ServiceAccount
-	ConfigMap          *corev1.ConfigMap
-	CASecret           *corev1.Secret
-	ServingSecret      *corev1.Secret
-	ShardsService      *corev1.Service
-	FrontService       *corev1.Service
-	Shards             []*appsv1.StatefulSet
-	ShardPDBs          []*policyv1.PodDisruptionBudget
-	Front              *appsv1.Deployment
-	FrontPDB           *policyv1.PodDisruptionBudget
-	ClusterRole        *rbacv1.ClusterRole
-	ClusterRoleBinding *rbacv1.ClusterRoleBinding
-	AuthReaderBinding  *rbacv1.RoleBinding
-	APIService         *apiregv1.APIService
-	ServiceMonitor     *unstructured.Unstructured
-	PrometheusRule     *unstructured.Unstructured
+	ServiceAccount      *corev1.ServiceAccount
+	ConfigMap           *corev1.ConfigMap
+	CASecret            *corev1.Secret
+	ServingSecret       *corev1.Secret
+	ShardsService       *corev1.Service
+	FrontService        *corev1.Service
+	Shards              []*appsv1.StatefulSet
+	ShardPDBs           []*policyv1.PodDisruptionBudget
+	Front               *appsv1.Deployment
+	FrontPDB            *policyv1.PodDisruptionBudget
+	ClusterRole         *rbacv1.ClusterRole
+	ClusterRoleBinding  *rbacv1.ClusterRoleBinding
+	AuthReaderBinding   *rbacv1.RoleBinding
+	ShardsReaderRole    *rbacv1.Role
+	ShardsReaderBinding *rbacv1.RoleBinding
+	APIService          *apiregv1.APIService
+	ServiceMonitor      *unstructured.Unstructured
+	PrometheusRule      *unstructured.Unstructured
 }
 
 // Objects lists the children in apply order: identity and configuration
 // before the workloads that use them, the APIService last so that it is
 // only registered once something can serve it.
 func (d *Desired) Objects() []client.Object {
-	out := []client.Object{d.ServiceAccount, d.ClusterRole, d.ClusterRoleBinding, d.AuthReaderBinding,
+	out := []client.Object{d.ServiceAccount, d.ClusterRole, d.ClusterRoleBinding, d.AuthReaderBinding, d.ShardsReaderRole, d.ShardsReaderBinding,
 		d.ConfigMap, d.CASecret, d.ServingSecret, d.ShardsService, d.FrontService}
 	for _, s := range d.Shards {
 		out = append(out, s)
@@ -177,16 +179,18 @@ func BuildDesired(in *cachev1alpha1.CacheProfile, opts Options, certs Certificat
 		return nil, err
 	}
 	d := &Desired{
-		ServiceAccount:     BuildServiceAccount(p, opts),
-		ConfigMap:          cm,
-		CASecret:           BuildCASecret(p, opts, certs),
-		ServingSecret:      BuildServingSecret(p, opts, certs),
-		ShardsService:      BuildShardsService(p, opts),
-		FrontService:       BuildFrontService(p, opts),
-		ClusterRole:        BuildClusterRole(p),
-		ClusterRoleBinding: BuildClusterRoleBinding(p, opts),
-		AuthReaderBinding:  BuildAuthReaderBinding(p, opts),
-		FrontPDB:           BuildPDB(p, opts, frontName(p), ComponentFront, selectorLabels(p, ComponentFront)),
+		ServiceAccount:      BuildServiceAccount(p, opts),
+		ConfigMap:           cm,
+		CASecret:            BuildCASecret(p, opts, certs),
+		ServingSecret:       BuildServingSecret(p, opts, certs),
+		ShardsService:       BuildShardsService(p, opts),
+		FrontService:        BuildFrontService(p, opts),
+		ClusterRole:         BuildClusterRole(p),
+		ClusterRoleBinding:  BuildClusterRoleBinding(p, opts),
+		AuthReaderBinding:   BuildAuthReaderBinding(p, opts),
+		ShardsReaderRole:    BuildShardsReaderRole(p, opts),
+		ShardsReaderBinding: BuildShardsReaderBinding(p, opts),
+		FrontPDB:            BuildPDB(p, opts, frontName(p), ComponentFront, selectorLabels(p, ComponentFront)),
 	}
 	profileHash, err := shardConfigHash(p)
 	if err != nil {
@@ -516,6 +520,9 @@ func BuildFrontDeployment(p *cachev1alpha1.CacheProfile, opts Options, configHas
 			"--tls-cert-file=" + TLSMountPath + "/" + corev1.TLSCertKey,
 			"--tls-private-key-file=" + TLSMountPath + "/" + corev1.TLSPrivateKeyKey,
 			"--shard-ca-file=" + TLSMountPath + "/" + TLSCAKey,
+			// Replicas' addresses from the shards' EndpointSlices, not
+			// cluster DNS (BuildShardsReaderRole says why).
+			"--shard-addresses-from=" + opts.Namespace + "/" + shardsServiceName(p),
 			fmt.Sprintf("--metrics-listen=0.0.0.0:%d", MetricsPort),
 		},
 		Ports: []corev1.ContainerPort{
@@ -671,6 +678,31 @@ func BuildAuthReaderBinding(p *cachev1alpha1.CacheProfile, opts Options) *rbacv1
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
 		ObjectMeta: objectMeta(p, AuthReaderNamespace, authReaderBindingName(p), ComponentAuth),
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: AuthReaderRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: serviceAccountName(p), Namespace: opts.Namespace}},
+	}
+}
+
+// BuildShardsReaderRole lets the fronts read the EndpointSlices of their
+// own namespace — where the shards' headless Service's say each replica's
+// current address (--shard-addresses-from): cluster DNS, whose cache lags
+// a replaced pod by its TTL (30 s with kubeadm's CoreDNS), left a shard
+// unreachable from the fronts while both its replicas were Ready. The
+// namespace only, and EndpointSlices only.
+func BuildShardsReaderRole(p *cachev1alpha1.CacheProfile, opts Options) *rbacv1.Role {
+	return &rbacv1.Role{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+		ObjectMeta: objectMeta(p, opts.Namespace, shardsReaderName(p), ComponentAuth),
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}}},
+	}
+}
+
+// BuildShardsReaderBinding binds BuildShardsReaderRole to the profile's
+// ServiceAccount.
+func BuildShardsReaderBinding(p *cachev1alpha1.CacheProfile, opts Options) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+		ObjectMeta: objectMeta(p, opts.Namespace, shardsReaderName(p), ComponentAuth),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: shardsReaderName(p)},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: serviceAccountName(p), Namespace: opts.Namespace}},
 	}
 }

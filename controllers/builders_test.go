@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	cachev1alpha1 "github.com/cachetier/cachetier/api/v1alpha1"
@@ -398,5 +399,34 @@ func TestValidateSpec(t *testing.T) {
 		if ValidateSpec(p) == "" {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestFrontsReadShardAddressesFromTheirNamespaceOnly: the fronts are told
+// to resolve shard replicas from the shards' headless Service, and the
+// fleet's ServiceAccount may read exactly the EndpointSlices of its own
+// namespace for that.
+func TestFrontsReadShardAddressesFromTheirNamespaceOnly(t *testing.T) {
+	p := testProfile()
+	d, err := BuildDesired(p, testOpts, testCerts(t, p), Monitoring{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "--shard-addresses-from=cachetier-system/" + d.ShardsService.Name
+	if !slices.Contains(d.Front.Spec.Template.Spec.Containers[0].Args, want) {
+		t.Errorf("front args %v lack %s", d.Front.Spec.Template.Spec.Containers[0].Args, want)
+	}
+	r, b := d.ShardsReaderRole, d.ShardsReaderBinding
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}}}
+	if r.Namespace != testOpts.Namespace || !equality.Semantic.DeepEqual(r.Rules, wantRules) {
+		t.Errorf("role %s/%s: %+v", r.Namespace, r.Name, r.Rules)
+	}
+	if b.Namespace != testOpts.Namespace || b.RoleRef.Kind != "Role" || b.RoleRef.Name != r.Name ||
+		len(b.Subjects) != 1 || b.Subjects[0].Name != d.ServiceAccount.Name || b.Subjects[0].Namespace != testOpts.Namespace {
+		t.Errorf("binding %+v", b)
+	}
+	objs := d.Objects()
+	if i, j := slices.Index(objs, client.Object(r)), slices.Index(objs, client.Object(d.Front)); i < 0 || j < 0 || i > j {
+		t.Errorf("the role is applied at %d, the front at %d: the fronts would start without it", i, j)
 	}
 }

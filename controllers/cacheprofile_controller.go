@@ -99,7 +99,8 @@ func CacheOptions(workloadNamespace string) cache.Options {
 		&corev1.ConfigMap{}:             ns,
 		&corev1.Secret{}:                ns,
 		&policyv1.PodDisruptionBudget{}: ns,
-		&rbacv1.RoleBinding{}:           {Label: sel, Namespaces: map[string]cache.Config{AuthReaderNamespace: {}}},
+		&rbacv1.RoleBinding{}:           {Label: sel, Namespaces: map[string]cache.Config{AuthReaderNamespace: {}, workloadNamespace: {}}},
+		&rbacv1.Role{}:                  ns,
 		&rbacv1.ClusterRole{}:           cluster,
 		&rbacv1.ClusterRoleBinding{}:    cluster,
 		&apiregv1.APIService{}:          cluster,
@@ -141,6 +142,7 @@ func (r *CacheProfileReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.ClusterRole{}).
 		Owns(&rbacv1.ClusterRoleBinding{}).
 		Owns(&rbacv1.RoleBinding{}).
+		Owns(&rbacv1.Role{}).
 		Owns(&apiregv1.APIService{}).
 		// The ServiceMonitor and PrometheusRule appear or go with the
 		// Prometheus Operator's CRDs: re-evaluate every profile when one
@@ -663,7 +665,7 @@ func childLists() []client.ObjectList {
 	return []client.ObjectList{
 		&appsv1.StatefulSetList{}, &appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ServiceAccountList{},
 		&corev1.ConfigMapList{}, &corev1.SecretList{}, &policyv1.PodDisruptionBudgetList{},
-		&rbacv1.ClusterRoleList{}, &rbacv1.ClusterRoleBindingList{}, &rbacv1.RoleBindingList{}, &apiregv1.APIServiceList{},
+		&rbacv1.ClusterRoleList{}, &rbacv1.ClusterRoleBindingList{}, &rbacv1.RoleBindingList{}, &rbacv1.RoleList{}, &apiregv1.APIServiceList{},
 	}
 }
 

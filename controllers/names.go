@@ -111,6 +111,7 @@ func servingSecretName(p *cachev1alpha1.CacheProfile) string { return p.Name + "
 func clusterRoleName(p *cachev1alpha1.CacheProfile) string {
 	return "cachetier:" + p.Name + ":cache-server"
 }
+func shardsReaderName(p *cachev1alpha1.CacheProfile) string { return p.Name + "-shards-reader" }
 func authReaderBindingName(p *cachev1alpha1.CacheProfile) string {
 	return "cachetier:" + p.Name + ":auth-reader"
 }
