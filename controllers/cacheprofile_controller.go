@@ -507,7 +507,12 @@ func (r *CacheProfileReconciler) handleNodeLoss(ctx context.Context, p *cachev1a
 		logger.Info("deleted a fleet pod left on an unreachable node", "pod", pod.Name, "part", lp.Part, "node", pod.Spec.NodeName,
 			"unreachableSince", lp.Since, "evictedAt", pod.DeletionTimestamp)
 		r.Metrics.LostPodDeleted(p.Name, lp.Component)
-		r.event(p, corev1.EventTypeWarning, "LostPodDeleted", "Delete", why)
+		// The pod as the related object: events.k8s.io's recorder merges
+		// events that differ only in their note into one series, which
+		// would name the first pod deleted and count the others.
+		if r.Recorder != nil {
+			r.Recorder.Eventf(p, pod, corev1.EventTypeWarning, "LostPodDeleted", "Delete", "%s", why)
+		}
 		deleted[pod.UID] = true
 	}
 	if len(deleted) == 0 {

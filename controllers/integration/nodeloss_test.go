@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -103,7 +104,19 @@ func testLostNode(t *testing.T, h *harness) {
 		}
 		return fmt.Errorf("still there: %v", err)
 	})
-	eventually(t, 10*time.Second, "event", func() error { return hasEvent(h, "LostPodDeleted", "Warning") })
+	eventually(t, 10*time.Second, "event about the pod", func() error {
+		var evs eventsv1.EventList
+		if err := c.List(ctx, &evs); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "LostPodDeleted" && e.Regarding.Name == profileName && e.Related != nil && e.Related.Name == shardPod.Name &&
+				strings.Contains(e.Note, nodeName) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no LostPodDeleted event about %s among %d", shardPod.Name, len(evs.Items))
+	})
 	h.metricsAre(t, map[string]float64{
 		`cachetier_profile_lost_pods_deleted_total{component="shard",profile="fleet"}`: 1,
 		`cachetier_profile_lost_pods_deleted_total{component="front",profile="fleet"}`: 0,
