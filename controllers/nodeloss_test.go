@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,7 +74,7 @@ func TestFindNodeLoss(t *testing.T) {
 			t.Errorf("%s: since %v, want the taint's %v", d.Pod.Name, d.Since, lostAt)
 		}
 	}
-	if want := []string{"fleet-shard-0-1/shard/fleet-shard-0", "fleet-front-a/front/fleet-front"}; !equalStrings(deleted, want) {
+	if want := []string{"fleet-shard-0-1/shard/fleet-shard-0", "fleet-front-a/front/fleet-front"}; !slices.Equal(deleted, want) {
 		t.Errorf("deleted %v, want %v", deleted, want)
 	}
 	var got []string
@@ -85,7 +86,7 @@ func TestFindNodeLoss(t *testing.T) {
 		"lost: unreachable since 2026-11-26T10:00:00Z: fleet-front,fleet-shard-0,fleet-shard-1: fleet-front-a,fleet-shard-0-1,fleet-shard-1-0",
 		"notready: Ready=False since 2026-11-26T10:00:00Z (R: m): fleet-shard-1: fleet-shard-1-1",
 	}
-	if !equalStrings(got, want) {
+	if !slices.Equal(got, want) {
 		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	if loss := FindNodeLoss(pods[:1], nodes); len(loss.Problems)+len(loss.Delete) != 0 {

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -132,7 +133,7 @@ func TestPlacementKeepsTheProfilesOwn(t *testing.T) {
 			for _, c := range spread {
 				keys = append(keys, c.TopologyKey)
 			}
-			if !equalStrings(keys, tc.wantSpread) {
+			if !slices.Equal(keys, tc.wantSpread) {
 				t.Errorf("spread over %v, want %v", keys, tc.wantSpread)
 			}
 			if len(tc.sched.TopologySpreadConstraints) == 2 && spread[1].MaxSkew != 2 {
@@ -145,7 +146,7 @@ func TestPlacementKeepsTheProfilesOwn(t *testing.T) {
 					t.Errorf("the profile's toleration was changed: %+v", tol)
 				}
 			}
-			if !equalStrings(tk, tc.wantTolKeys) {
+			if !slices.Equal(tk, tc.wantTolKeys) {
 				t.Errorf("tolerations of %v, want %v", tk, tc.wantTolKeys)
 			}
 		})
@@ -187,16 +188,4 @@ func TestPDBsLetDrainsProceedOneAtATime(t *testing.T) {
 			}
 		}
 	}
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

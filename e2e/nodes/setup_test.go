@@ -142,15 +142,6 @@ func (e *env) fleetPods(ctx context.Context) ([]corev1.Pod, error) {
 	return out, nil
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // replicaSet names the set a pod belongs to for placement: its shard, the
 // fronts, or the managers.
 func replicaSet(p *corev1.Pod) string {
@@ -233,7 +224,7 @@ func (e *env) sampleShards(shards int) *shardSampler {
 			if err == nil {
 				ready := map[string]int{}
 				for i := range pods {
-					if podReady(&pods[i]) && pods[i].Labels[controllers.LabelComponent] == controllers.ComponentShard {
+					if cluster.PodReady(&pods[i]) && pods[i].Labels[controllers.LabelComponent] == controllers.ComponentShard {
 						ready[replicaSet(&pods[i])]++
 					}
 				}

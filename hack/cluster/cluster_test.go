@@ -263,7 +263,7 @@ func (c *Cluster) netcheckPods(t *testing.T, ns string) map[string]corev1.Pod {
 	}
 	byNode := map[string]corev1.Pod{}
 	for _, p := range list.Items {
-		if p.DeletionTimestamp == nil && podReady(&p) {
+		if p.DeletionTimestamp == nil && PodReady(&p) {
 			byNode[p.Spec.NodeName] = p
 		}
 	}

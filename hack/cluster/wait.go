@@ -77,7 +77,7 @@ func (c *Cluster) WaitPodsReady(ctx context.Context, namespace, selector string,
 				if p.DeletionTimestamp != nil {
 					continue
 				}
-				if podReady(p) {
+				if PodReady(p) {
 					ready++
 					continue
 				}
@@ -101,7 +101,8 @@ func (c *Cluster) WaitPodsReady(ctx context.Context, namespace, selector string,
 	return err
 }
 
-func podReady(p *corev1.Pod) bool {
+// PodReady says whether the pod's Ready condition is True.
+func PodReady(p *corev1.Pod) bool {
 	for _, cond := range p.Status.Conditions {
 		if cond.Type == corev1.PodReady {
 			return cond.Status == corev1.ConditionTrue
