@@ -43,6 +43,25 @@ type ReadResults struct {
 	FirstAttempts      map[string]int
 	// Slowest is the longest read, retries included.
 	Slowest time.Duration
+	// Failures are the failed reads in order (the first 1000).
+	Failures []ReadFailure
+}
+
+// ReadFailure is one read that failed after client-go's retries.
+type ReadFailure struct {
+	At  time.Time
+	Err string
+}
+
+// FailuresBetween are the failures from start to end.
+func (r ReadResults) FailuresBetween(start, end time.Time) []ReadFailure {
+	var out []ReadFailure
+	for _, f := range r.Failures {
+		if !f.At.Before(start) && !f.At.After(end) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // FailedReads is how many reads failed after retries.
@@ -91,6 +110,9 @@ func StartReads(tier *rest.Config, namespaces []string) *Reads {
 				r.res.OK++
 			} else {
 				r.res.Failed[err.Error()]++
+				if len(r.res.Failures) < 1000 {
+					r.res.Failures = append(r.res.Failures, ReadFailure{At: time.Now(), Err: err.Error()})
+				}
 			}
 			if len(r.current) > 0 && r.current[0] != "" {
 				r.res.FirstAttemptFailed++
@@ -109,6 +131,7 @@ func (r *Reads) Results() ReadResults {
 	defer r.mu.Unlock()
 	out := r.res
 	out.Failed, out.FirstAttempts = copyCounts(r.res.Failed), copyCounts(r.res.FirstAttempts)
+	out.Failures = append([]ReadFailure(nil), r.res.Failures...)
 	return out
 }
 
@@ -176,7 +199,7 @@ func SortedCounts(m map[string]int) string {
 // Reads); Slowest is the slowest read overall.
 func (r ReadResults) Since(prev ReadResults) ReadResults {
 	out := ReadResults{OK: r.OK - prev.OK, FirstAttemptFailed: r.FirstAttemptFailed - prev.FirstAttemptFailed,
-		Failed: map[string]int{}, FirstAttempts: map[string]int{}, Slowest: r.Slowest}
+		Failed: map[string]int{}, FirstAttempts: map[string]int{}, Slowest: r.Slowest, Failures: r.Failures[len(prev.Failures):]}
 	for k, v := range r.Failed {
 		if d := v - prev.Failed[k]; d > 0 {
 			out.Failed[k] = d
