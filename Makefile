@@ -51,7 +51,7 @@ dashboard-png: controlplane node-deps test-deps image ## Run e2e/observability (
 BENCH_FLAGS ?=
 
 .PHONY: bench
-bench: controlplane ## LIST benchmark: the tier and the real kube-apiserver side by side on the same data (see docs/benchmarks.md).
+bench: controlplane ## Benchmarks, the tier and the real kube-apiserver side by side on the same data: LIST by default, BENCH_FLAGS="-mode watch|nodes|apicost|..." for the others (see docs/benchmarks.md).
 	go run ./hack/bench $(BENCH_FLAGS)
 
 ##@ Build

@@ -38,6 +38,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/servingcert"
 	"github.com/cachetier/cachetier/cache-server/internal/shardrole"
 	"github.com/cachetier/cachetier/cache-server/internal/standalone"
+	"github.com/cachetier/cachetier/internal/aggpath"
 )
 
 // defaultGCPercent is the tier's GC target unless GOGC is set. Its live
@@ -221,7 +222,7 @@ func runFront(args []string) error {
 	if err := serving.ValidateGoawayChance(*goawayChance); err != nil {
 		return err
 	}
-	if want := c.profile.Name + ".cache.cachetier.io"; *apiGroup != "" && *apiGroup != want {
+	if want := aggpath.For(c.profile.Name).Group; *apiGroup != "" && *apiGroup != want {
 		return fmt.Errorf("--api-group %s does not match profile %s (%s)", *apiGroup, c.profile.Name, want)
 	}
 	topo, err := topology.Load(*topoPath)

@@ -137,6 +137,7 @@ type Desired struct {
 	FrontPDB            *policyv1.PodDisruptionBudget
 	ClusterRole         *rbacv1.ClusterRole
 	ClusterRoleBinding  *rbacv1.ClusterRoleBinding
+	ReaderClusterRole   *rbacv1.ClusterRole
 	AuthReaderBinding   *rbacv1.RoleBinding
 	ShardsReaderRole    *rbacv1.Role
 	ShardsReaderBinding *rbacv1.RoleBinding
@@ -149,7 +150,7 @@ type Desired struct {
 // before the workloads that use them, the APIService last so that it is
 // only registered once something can serve it.
 func (d *Desired) Objects() []client.Object {
-	out := []client.Object{d.ServiceAccount, d.ClusterRole, d.ClusterRoleBinding, d.AuthReaderBinding, d.ShardsReaderRole, d.ShardsReaderBinding,
+	out := []client.Object{d.ServiceAccount, d.ClusterRole, d.ClusterRoleBinding, d.ReaderClusterRole, d.AuthReaderBinding, d.ShardsReaderRole, d.ShardsReaderBinding,
 		d.ConfigMap, d.CASecret, d.ServingSecret, d.ShardsService, d.FrontService}
 	for _, s := range d.Shards {
 		out = append(out, s)
@@ -187,6 +188,7 @@ func BuildDesired(in *cachev1alpha1.CacheProfile, opts Options, certs Certificat
 		FrontService:        BuildFrontService(p, opts),
 		ClusterRole:         BuildClusterRole(p),
 		ClusterRoleBinding:  BuildClusterRoleBinding(p, opts),
+		ReaderClusterRole:   BuildReaderClusterRole(p),
 		AuthReaderBinding:   BuildAuthReaderBinding(p, opts),
 		ShardsReaderRole:    BuildShardsReaderRole(p, opts),
 		ShardsReaderBinding: BuildShardsReaderBinding(p, opts),
@@ -668,6 +670,32 @@ func BuildClusterRoleBinding(p *cachev1alpha1.CacheProfile, opts Options) *rbacv
 		ObjectMeta: objectMeta(p, "", clusterRoleName(p), ComponentAuth),
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRoleName(p)},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: serviceAccountName(p), Namespace: opts.Namespace}},
+	}
+}
+
+// BuildReaderClusterRole lets its holders send requests through the
+// profile's aggregated paths. kube-apiserver authorizes such a request as
+// the path it sees (verb watch on resource "api" or "apis" of the profile's
+// group below status.serverURL; get or list below the group-version's own
+// path, which older kubeconfigs use), not as what is read; the tier then
+// authorizes the real read with a SubjectAccessReview as the caller. So this
+// role opens the door, never what is behind it, and is aggregated into view
+// (and edit and admin): whoever may view the cluster may read through the
+// tier exactly what they may read from the apiserver. A namespaced
+// RoleBinding does not help: the apiserver sees every request through the
+// tier as cluster-scoped; bind this ClusterRole with a ClusterRoleBinding.
+func BuildReaderClusterRole(p *cachev1alpha1.CacheProfile) *rbacv1.ClusterRole {
+	m := objectMeta(p, "", readerClusterRoleName(p), ComponentAuth)
+	// Picked up by kube-controller-manager's clusterrole-aggregation
+	// controller into view, edit and admin, as the bootstrap
+	// system:aggregate-to-view role's rules are.
+	for _, role := range []string{"view", "edit", "admin"} {
+		m.Labels["rbac.authorization.k8s.io/aggregate-to-"+role] = "true"
+	}
+	return &rbacv1.ClusterRole{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+		ObjectMeta: m,
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{APIGroup(p)}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}}},
 	}
 }
 

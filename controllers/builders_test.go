@@ -356,9 +356,38 @@ func TestConfigHashesScopeRestarts(t *testing.T) {
 	}
 }
 
+// The reader ClusterRole opens the profile's aggregated paths (verb watch
+// below status.serverURL, get/list below the group-version's own path) and
+// nothing else, and is aggregated into view, edit and admin.
+func TestBuildReaderClusterRole(t *testing.T) {
+	p := testProfile()
+	cr := BuildReaderClusterRole(p)
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"fleet.cache.cachetier.io"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}}}
+	if cr.Name != "cachetier:fleet:reader" || !equality.Semantic.DeepEqual(cr.Rules, want) {
+		t.Errorf("reader cluster role: %s %+v", cr.Name, cr.Rules)
+	}
+	for _, role := range []string{"view", "edit", "admin"} {
+		if cr.Labels["rbac.authorization.k8s.io/aggregate-to-"+role] != "true" {
+			t.Errorf("not aggregated into %s: %v", role, cr.Labels)
+		}
+	}
+	if cr.Labels[LabelProfile] != "fleet" || cr.Labels[LabelManagedBy] != ManagedByValue {
+		t.Errorf("cleanup labels missing: %v", cr.Labels)
+	}
+	d, err := BuildDesired(p, testOpts, testCerts(t, p), Monitoring{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(d.Objects(), func(o client.Object) bool {
+		return o.GetName() == cr.Name && o.GetObjectKind().GroupVersionKind().Kind == "ClusterRole"
+	}) {
+		t.Error("the reader cluster role is not applied")
+	}
+}
+
 func TestServerURLAndNames(t *testing.T) {
 	p := testProfile()
-	if got := ServerURL("https://api.example.com:6443/", p); got != "https://api.example.com:6443/apis/fleet.cache.cachetier.io/v1alpha1" {
+	if got := ServerURL("https://api.example.com:6443/", p); got != "https://api.example.com:6443/apis/fleet.cache.cachetier.io/v1alpha1/watch" {
 		t.Errorf("ServerURL = %s", got)
 	}
 	p.Name = strings.Repeat("a", 40)

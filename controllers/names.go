@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	cachev1alpha1 "github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/internal/aggpath"
 )
 
 // Label keys put on every child. Selection of children (cache filtering,
@@ -112,13 +113,19 @@ func clusterRoleName(p *cachev1alpha1.CacheProfile) string {
 	return "cachetier:" + p.Name + ":cache-server"
 }
 func shardsReaderName(p *cachev1alpha1.CacheProfile) string { return p.Name + "-shards-reader" }
+
+// readerClusterRoleName names the ClusterRole users are bound to (or get
+// through view/edit/admin) to read through the profile's aggregated paths.
+func readerClusterRoleName(p *cachev1alpha1.CacheProfile) string {
+	return "cachetier:" + p.Name + ":reader"
+}
 func authReaderBindingName(p *cachev1alpha1.CacheProfile) string {
 	return "cachetier:" + p.Name + ":auth-reader"
 }
 
 // APIGroup is the aggregated API group a profile is served under.
 func APIGroup(p *cachev1alpha1.CacheProfile) string {
-	return p.Name + "." + cachev1alpha1.APIGroupSuffix
+	return aggpath.For(p.Name).Group
 }
 
 // APIServiceName is the name of the profile's APIService ("<version>.<group>"
@@ -128,13 +135,13 @@ func APIServiceName(p *cachev1alpha1.CacheProfile) string {
 }
 
 // ServerURL is the kubeconfig server URL that reads through the profile:
-// the apiserver URL followed by the aggregated group's path. client-go
-// appends /api/v1/... and /apis/... to it, which the front serves.
+// the apiserver URL followed by the profile's aggregated prefix
+// (aggpath.Paths.Prefix, the group-version's path plus "/watch", so that
+// the apiserver treats every request through it as long-running and does
+// not cut watches at its request timeout). client-go appends /api/v1/...
+// and /apis/... to it, which the front serves.
 func ServerURL(apiServerURL string, p *cachev1alpha1.CacheProfile) string {
-	for len(apiServerURL) > 0 && apiServerURL[len(apiServerURL)-1] == '/' {
-		apiServerURL = apiServerURL[:len(apiServerURL)-1]
-	}
-	return apiServerURL + "/apis/" + APIGroup(p) + "/" + cachev1alpha1.AggregatedAPIVersion
+	return aggpath.For(p.Name).ServerURL(apiServerURL)
 }
 
 // commonLabels are on every child; selectorLabels are the immutable subset

@@ -121,7 +121,7 @@ func TestComputeStatus(t *testing.T) {
 	if st.Ready != "2/3" || st.ReadyShards != 2 || len(st.Shards) != 3 || st.Shards[1].HashShards != "4-6" || st.Shards[1].ReadyReplicas != 0 {
 		t.Errorf("shard status: %+v", st)
 	}
-	if st.APIServiceName != "v1alpha1.fleet.cache.cachetier.io" || st.ServerURL != "https://api.example.com:6443/apis/fleet.cache.cachetier.io/v1alpha1" {
+	if st.APIServiceName != "v1alpha1.fleet.cache.cachetier.io" || st.ServerURL != "https://api.example.com:6443/apis/fleet.cache.cachetier.io/v1alpha1/watch" {
 		t.Errorf("names: %s %s", st.APIServiceName, st.ServerURL)
 	}
 }

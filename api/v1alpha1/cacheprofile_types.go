@@ -71,8 +71,17 @@ type CachedResource struct {
 	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="labelSelector: matchExpressions operator must be one of In, NotIn, Exists, DoesNotExist"
 	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0))",message="labelSelector: operators In and NotIn need at least one value, Exists and DoesNotExist take none"
 	LabelSelector *metav1.LabelSelector `json:"labelSelector,omitempty"`
-	// FieldIndexes are field paths (as used in field selectors, e.g.
-	// spec.nodeName) kept in an index so selectors on them do not scan.
+	// FieldIndexes are fields kept in an index, so that a LIST or watch
+	// whose field selector requires one of them to equal a value ("=" or
+	// "==") reads only the objects with that value instead of scanning the
+	// resource. Each must be a field selectors accept for the resource,
+	// under the name they use: metadata.name, a built-in resource's field
+	// selector fields (e.g. pods' status.phase or spec.schedulerName), or
+	// a custom resource's selectableFields (e.g. spec.color); not
+	// metadata.namespace (objects are already kept in namespace order) nor
+	// an alias (pods' spec.host is spec.nodeName). Pods' and
+	// resourceslices' spec.nodeName, which kube-apiserver itself indexes,
+	// are indexed without being listed.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=16

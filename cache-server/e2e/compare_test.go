@@ -245,17 +245,19 @@ func query(kv ...string) url.Values {
 	return q
 }
 
+// listTarget is a path to LIST and the selectors to LIST it with.
+type listTarget struct {
+	path      string
+	selectors [][2]string // labelSelector, fieldSelector
+}
+
 // TestListMatchesAPIServer is the LIST request matrix: resourceVersion ×
 // resourceVersionMatch × limit × selectors × scope, same data, same answers.
 func TestListMatchesAPIServer(t *testing.T) { forEachTier(t, testListMatchesAPIServer) }
 
 func testListMatchesAPIServer(t *testing.T) {
 	rv := currentRV(t)
-	type target struct {
-		path      string
-		selectors [][2]string // labelSelector, fieldSelector
-	}
-	targets := []target{
+	targets := []listTarget{
 		{"/api/v1/configmaps", [][2]string{{"", ""}, {"app=a", ""}, {"app in (a,b),tier=x", ""}, {"!tier", "metadata.namespace=ns-1"}, {"", "metadata.name=cm-007"}}},
 		{"/api/v1/namespaces/ns-1/configmaps", [][2]string{{"", ""}, {"app!=a", ""}, {"", "metadata.name!=cm-001"}}},
 		{"/api/v1/pods", [][2]string{{"", ""}, {"", "spec.nodeName=node-1"}, {"app=b", "status.phase=Pending"}}},

@@ -35,7 +35,10 @@ func TestMain(m *testing.M) {
 	os.Exit(tiertest.Run(m, tiertest.Options{
 		Spec: profile(), ServiceClusterIPRange: "127.77.0.0/24",
 		Seed: func(ctx context.Context, admin *rest.Config) error {
-			return sampledata.Seed(ctx, admin, sampledata.Default())
+			if err := sampledata.Seed(ctx, admin, sampledata.Default()); err != nil {
+				return err
+			}
+			return seedIndexData(ctx, admin)
 		},
 		FleetShards: 2,
 	}, func(e *tiertest.Env) {
@@ -62,10 +65,12 @@ func profile() v1alpha1.CacheProfileSpec {
 		Resources: []v1alpha1.CachedResource{
 			{Version: "v1", Resource: "configmaps"},
 			{Version: "v1", Resource: "secrets"},
-			{Version: "v1", Resource: "pods", FieldIndexes: []string{"spec.nodeName"}},
+			// spec.nodeName is indexed by default (the apiserver's own
+			// index); status.phase only by the profile.
+			{Version: "v1", Resource: "pods", FieldIndexes: []string{"status.phase"}},
 			{Version: "v1", Resource: "namespaces"},
 			{Version: "v1", Resource: "events"},
-			{Group: "example.cachetier.io", Version: "v1", Resource: "widgets"},
+			{Group: "example.cachetier.io", Version: "v1", Resource: "widgets", FieldIndexes: []string{"spec.color"}},
 		},
 	}
 }

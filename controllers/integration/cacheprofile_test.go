@@ -242,7 +242,7 @@ func TestCacheProfileLifecycle(t *testing.T) {
 		}
 		if p.Status.Ready != "2/2" || p.Status.ReadyShards != 2 || len(p.Status.Shards) != 2 || p.Status.Shards[1].HashShards != "2-3" ||
 			p.Status.Shards[1].ReadyReplicas != 2 || p.Status.FrontReadyReplicas != 2 ||
-			p.Status.APIServiceName != "v1alpha1.fleet.cache.cachetier.io" || p.Status.ServerURL != strings.TrimSuffix(h.cfg.Host, "/")+"/apis/fleet.cache.cachetier.io/v1alpha1" {
+			p.Status.APIServiceName != "v1alpha1.fleet.cache.cachetier.io" || p.Status.ServerURL != strings.TrimSuffix(h.cfg.Host, "/")+"/apis/fleet.cache.cachetier.io/v1alpha1/watch" {
 			t.Errorf("status: %+v", p.Status)
 		}
 		// The real aggregator proxies to the front over TLS verified with the

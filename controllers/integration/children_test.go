@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -178,6 +179,7 @@ func assertChildren(t *testing.T, h *harness, shards [2]appsv1.StatefulSet) {
 	if crb.Subjects[0].Name != "fleet-cache-server" || crb.Subjects[0].Namespace != workloadNamespace {
 		t.Errorf("cluster role binding: %+v", crb)
 	}
+	assertReaderRole(t, h, get)
 	var rb rbacv1.RoleBinding
 	get("kube-system", "cachetier:fleet:auth-reader", &rb)
 	if rb.RoleRef.Name != "extension-apiserver-authentication-reader" {
@@ -249,4 +251,55 @@ func mustYAML(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// assertReaderRole: the reader ClusterRole is aggregated into view, edit
+// and admin, and a user bound to it passes the apiserver's authorization of
+// the aggregated paths as the apiserver classifies them: below
+// status.serverURL (…/v1alpha1/watch/api/v1/namespaces/x/pods) verb watch
+// on resource api, name v1, subresource namespaces; below the
+// group-version's own path, get. It opens nothing else.
+func assertReaderRole(t *testing.T, h *harness, get func(ns, name string, o client.Object)) {
+	t.Helper()
+	ctx := context.Background()
+	var cr rbacv1.ClusterRole
+	get("", "cachetier:fleet:reader", &cr)
+	for _, role := range []string{"view", "edit", "admin"} {
+		if cr.Labels["rbac.authorization.k8s.io/aggregate-to-"+role] != "true" {
+			t.Errorf("reader role not aggregated into %s: %v", role, cr.Labels)
+		}
+	}
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-fleet-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "reader"}},
+	}
+	if err := h.client.Create(ctx, crb); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.client.Delete(ctx, crb) }()
+	group := "fleet.cache.cachetier.io"
+	eventually(t, 10*time.Second, "reader authorization", func() error {
+		for _, c := range []struct {
+			attrs authorizationv1.ResourceAttributes
+			allow bool
+		}{
+			{authorizationv1.ResourceAttributes{Verb: "watch", Group: group, Version: "v1alpha1", Resource: "api", Name: "v1", Subresource: "namespaces"}, true},
+			{authorizationv1.ResourceAttributes{Verb: "watch", Group: group, Version: "v1alpha1", Resource: "apis"}, true},
+			{authorizationv1.ResourceAttributes{Verb: "get", Group: group, Version: "v1alpha1", Resource: "api", Name: "v1", Subresource: "pods"}, true},
+			{authorizationv1.ResourceAttributes{Verb: "list", Version: "v1", Resource: "configmaps"}, false},
+			{authorizationv1.ResourceAttributes{Verb: "create", Group: group, Version: "v1alpha1", Resource: "api"}, false},
+		} {
+			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: "reader", Groups: []string{"system:authenticated"}, ResourceAttributes: &c.attrs,
+			}}
+			if err := h.client.Create(ctx, sar); err != nil {
+				return err
+			}
+			if sar.Status.Allowed != c.allow {
+				return fmt.Errorf("reader %+v: allowed=%v, want %v (%s)", c.attrs, sar.Status.Allowed, c.allow, sar.Status.Reason)
+			}
+		}
+		return nil
+	})
 }

@@ -58,7 +58,7 @@ func testKubectlGetHealthy(t *testing.T, h *harness) {
 	if want := []string{"NAME", "SHARDS", "READY", "FRONT", "AVAILABLE", "DEGRADED", "REASON", "SERVER", "AGE"}; !slices.Equal(wide[0], want) {
 		t.Errorf("wide header %v, want %v", wide[0], want)
 	}
-	if len(wide) != 2 || len(wide[1]) != 9 || wide[1][6] != "AsExpected" || !strings.HasSuffix(wide[1][7], "/apis/fleet.cache.cachetier.io/v1alpha1") {
+	if len(wide) != 2 || len(wide[1]) != 9 || wide[1][6] != "AsExpected" || !strings.HasSuffix(wide[1][7], "/apis/fleet.cache.cachetier.io/v1alpha1/watch") {
 		t.Errorf("wide row %v", wide[1])
 	}
 }

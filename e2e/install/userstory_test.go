@@ -31,14 +31,25 @@ import (
 func TestUserStory(t *testing.T) {
 	e := startCluster(t)
 	var tierKubeconfig string
+	var long *liveWatch
+	t.Cleanup(func() {
+		if long != nil {
+			long.Stop()
+		}
+	})
 	steps := []struct {
 		name string
 		run  func(t *testing.T)
 	}{
 		{"install", func(t *testing.T) { tierKubeconfig = e.install(t, e.pause) }},
+		{"start kubectl get -w", func(t *testing.T) { long = e.startLiveWatch(t, tierKubeconfig) }},
 		{"kubectl", func(t *testing.T) { e.readWithKubectl(t, tierKubeconfig) }},
 		{"rbac", func(t *testing.T) { e.readAsLimitedUser(t) }},
 		{"informers", func(t *testing.T) { e.informersBothWays(t, tierKubeconfig) }},
+		// Before the faults: they replace every front pod, which ends
+		// every watch through the tier, as an apiserver restart ends
+		// watches against it.
+		{"kubectl get -w still live", func(t *testing.T) { e.checkLiveWatch(t, long, liveWatchFor) }},
 		{"faults", func(t *testing.T) { e.faults(t, tierKubeconfig) }},
 		{"delete", func(t *testing.T) { e.deleteProfile(t) }},
 	}
@@ -88,7 +99,7 @@ func (e *env) install(t *testing.T, pauseImage string) string {
 	if got := fmt.Sprintf("%d/%d", p.Spec.Shards, p.Spec.Shards); p.Status.Ready != got {
 		t.Fatalf("status.ready %q, want %q", p.Status.Ready, got)
 	}
-	if !strings.HasSuffix(p.Status.ServerURL, "/apis/"+group+"/v1alpha1") {
+	if !strings.HasSuffix(p.Status.ServerURL, "/apis/"+group+"/v1alpha1/watch") {
 		t.Fatalf("status.serverURL %q does not end in the profile's aggregated path", p.Status.ServerURL)
 	}
 	mem, err := e.in.PodMemory(ctx, operatorNamespace)
@@ -149,7 +160,7 @@ func (e *env) readWithKubectl(t *testing.T, tier string) {
 			t.Fatalf("%d page requests, want at least %d:\n%s", len(pages), min, clip(r.stderr))
 		}
 		for _, p := range pages {
-			if !strings.Contains(p, "/apis/"+group+"/v1alpha1/api/v1/configmaps?") {
+			if !strings.Contains(p, "/apis/"+group+"/v1alpha1/watch/api/v1/configmaps?") {
 				t.Fatalf("page not read through the profile's path: %s", p)
 			}
 		}
@@ -184,14 +195,12 @@ func (e *env) readAsLimitedUser(t *testing.T) {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "configmap-reader"},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "erin"}},
 	}, metav1.CreateOptions{}))
-	// The aggregator authorizes the profile's path itself first.
-	must(rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "cachetier-" + profileName + "-reader"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{group}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}}},
-	}, metav1.CreateOptions{}))
+	// The apiserver authorizes the profile's path itself first (verb watch
+	// on the profile's group below status.serverURL): erin is bound to the
+	// reader ClusterRole the operator renders for the profile.
 	must(rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "cachetier-" + profileName + "-reader-erin"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cachetier-" + profileName + "-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cachetier:" + profileName + ":reader"},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "erin"}},
 	}, metav1.CreateOptions{}))
 	erin, err := e.c.UserKubeconfig("erin", "developers")
@@ -212,19 +221,52 @@ func (e *env) readAsLimitedUser(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	e.compareJSON(t, erin, erinTier, "get", "configmaps", "-n", ns)
-	for _, args := range [][]string{
+	e.sameRefusals(t, "erin", erin, erinTier, [][]string{
 		{"get", "configmaps", "-n", cachedNamespaces[0]},
 		{"get", "configmaps", "-A"},
 		{"get", "pods", "-n", ns},
 		{"get", "configmap", "cm-001", "-n", cachedNamespaces[2]},
-	} {
-		want := e.kubectl(t, erin, args...)
-		got := e.kubectl(t, erinTier, args...)
+	})
+
+	// The reader ClusterRole is aggregated into view (and edit, admin):
+	// vera, who may view the whole cluster, reads through the tier without
+	// RBAC of her own for it, what view lets her read, and gets the
+	// apiserver's 403 for the rest (view has nothing of cert-manager's
+	// group here: no ClusterRole of it is aggregated into view).
+	must(rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "view-vera"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "vera"}},
+	}, metav1.CreateOptions{}))
+	vera, err := e.c.UserKubeconfig("vera", "viewers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	veraTier := e.kubeconfigFor(t, vera, p.Status.ServerURL, "kubeconfig-vera-tier")
+	deadline = time.Now().Add(30 * time.Second)
+	for r := e.kubectl(t, veraTier, "get", "pods", "-n", ns, "-o", "name"); r.err != nil; r = e.kubectl(t, veraTier, "get", "pods", "-n", ns, "-o", "name") {
+		if time.Now().After(deadline) {
+			t.Fatalf("vera (view) cannot read %s pods through the tier: %s", ns, r)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	e.compareJSON(t, vera, veraTier, "get", "pods", "-A")
+	e.compareJSON(t, vera, veraTier, "get", "configmaps", "-n", ns)
+	e.sameRefusals(t, "vera", vera, veraTier, [][]string{{"get", "certificates.cert-manager.io", "-n", ns}, {"get", "certs", "-A"}})
+}
+
+// sameRefusals: each command is refused to the user by the apiserver, and
+// through the tier with the same message.
+func (e *env) sameRefusals(t *testing.T, user, direct, tier string, cmds [][]string) {
+	t.Helper()
+	for _, args := range cmds {
+		want := e.kubectl(t, direct, args...)
+		got := e.kubectl(t, tier, args...)
 		if want.err == nil || !strings.Contains(want.stderr, "Forbidden") {
-			t.Fatalf("the apiserver let erin %v: %s", args, want)
+			t.Fatalf("the apiserver let %s %v: %s", user, args, want)
 		}
 		if got.err == nil || got.stderr != want.stderr {
-			t.Fatalf("kubectl %v as erin: the tier's answer differs from the apiserver's\ntier:      %q\napiserver: %q", args, got.stderr, want.stderr)
+			t.Fatalf("kubectl %v as %s: the tier's answer differs from the apiserver's\ntier:      %q\napiserver: %q", args, user, got.stderr, want.stderr)
 		}
 	}
 }

@@ -93,7 +93,7 @@ func apiCostFlags() *apiCostOptions {
 	// The tier keeps its progress probes going 10 s after the last read
 	// that needed one (upstream.probeLinger): let them end before the
 	// next window, so one scenario's probes do not count in the next.
-	flag.DurationVar(&a.settle, "apicost-settle", 12*time.Second, "apicost/quietread: pause between scenarios")
+	flag.DurationVar(&a.settle, "apicost-settle", 12*time.Second, "pause between scenarios (apicost, quietread), and before the apiserver's idle rate is measured for the whole-cost rows (list, watchlist, nodes)")
 	return &a
 }
 
@@ -140,7 +140,7 @@ func startBenchTiers(ctx context.Context, env *benchEnv, o options, set string) 
 		metrics []string
 	}{{"standalone", st, []string{st.DirectURL + "/metrics"}}, {fmt.Sprintf("fleet (%d shards)", shards), fl.Tier, fl.ShardMetricsURLs}} {
 		direct := rest.CopyConfig(env.admin)
-		direct.Host = t.t.DirectURL + t.t.Prefix
+		direct.Host = t.t.DirectURL + t.t.Paths.Prefix
 		direct.CAData, direct.CAFile, direct.ServerName = t.t.DirectCA, "", t.t.ServerName
 		aggr := rest.CopyConfig(env.admin)
 		aggr.Host = t.t.AggregatedURL
@@ -184,30 +184,51 @@ func startSeededTiers(ctx context.Context, o options, d dataset) (*benchEnv, *be
 // requests to the apiserver for freshness: RV fetches, and progress probes
 // by outcome ("probes <outcome>").
 func (k tierKind) upstreamCounters() map[string]float64 {
+	return upstreamCounters(k.metricsClient, k.metrics)
+}
+
+// upstreamCounters sums the freshness request counters over the /metrics
+// of urls.
+func upstreamCounters(c *http.Client, urls []string) map[string]float64 {
 	out := map[string]float64{}
-	for _, u := range k.metrics {
-		resp, err := k.metricsClient.Get(u)
+	for _, line := range scrapeMetrics(c, urls) {
+		var name string
+		switch {
+		case strings.HasPrefix(line, "cachetier_upstream_rv_fetches_total{"):
+			name = "RV fetches"
+		case strings.HasPrefix(line, "cachetier_upstream_progress_probes_total{"):
+			_, rest, _ := strings.Cut(line, `outcome="`)
+			outcome, _, _ := strings.Cut(rest, `"`)
+			name = "probes " + outcome
+		default:
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			out[name] += v
+		}
+	}
+	return out
+}
+
+// scrapeMetrics is the sample lines of every /metrics URL (comments
+// dropped; URLs that fail are skipped).
+func scrapeMetrics(c *http.Client, urls []string) []string {
+	var out []string
+	for _, u := range urls {
+		resp, err := c.Get(u)
 		if err != nil {
 			continue
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			continue
+		}
 		for _, line := range strings.Split(string(body), "\n") {
-			var name string
-			switch {
-			case strings.HasPrefix(line, "cachetier_upstream_rv_fetches_total{"):
-				name = "RV fetches"
-			case strings.HasPrefix(line, "cachetier_upstream_progress_probes_total{"):
-				_, rest, _ := strings.Cut(line, `outcome="`)
-				outcome, _, _ := strings.Cut(rest, `"`)
-				name = "probes " + outcome
-			default:
-				continue
-			}
-			f := strings.Fields(line)
-			v, err := strconv.ParseFloat(f[len(f)-1], 64)
-			if err == nil {
-				out[name] += v
+			if line != "" && !strings.HasPrefix(line, "#") {
+				out = append(out, line)
 			}
 		}
 	}
@@ -249,18 +270,31 @@ func readAll(c *http.Client, u string) error {
 	return err
 }
 
-// apiserverCPU runs n calls of read and returns the apiserver's CPU per
-// call with its idle CPU over the same time subtracted (idle measured just
-// before, over a window as long as the calls are expected to take, at
-// least 5 s), the idle share per call, and the calls' latencies. settle
-// separates the warm-up reads from the idle window: what they started in
-// the tier (progress probes linger 10 s after the last read that asked
-// for one) must not run during it, or their cost would be subtracted.
-// rewarm, when set, runs between the idle window and the measured calls
-// (its cost counts with theirs).
-func apiserverCPU(pid, n int, settle time.Duration, read, rewarm func() error) (perCall, idlePerCall float64, lat []float64, err error) {
+// callCost is what a run of calls cost, per call (ms).
+type callCost struct {
+	// api is the apiserver's CPU with its idle CPU over the same time
+	// subtracted; apiIdle the idle share subtracted.
+	api, apiIdle float64
+	// server is the CPU of the other processes measured (a tier's), idle
+	// not subtracted (a tier with nothing to do uses none).
+	server float64
+	lat    []float64
+}
+
+// measureCalls runs n calls of read and returns their cost: the
+// apiserver's (pid apiPID) CPU per call with its idle CPU over the same
+// time subtracted (idle measured just before, over a window as long as
+// the calls are expected to take, at least 5 s), the idle share per call,
+// the CPU per call of the processes server, and the calls' latencies.
+// settle separates the warm-up reads from the idle window: what they
+// started in the tier (progress probes linger 10 s after the last read
+// that asked for one) must not run during it, or their cost would be
+// subtracted. rewarm, when set, runs between the idle window and the
+// measured calls (its cost counts with theirs).
+func measureCalls(apiPID int, server []int, n int, settle time.Duration, read, rewarm func() error) (callCost, error) {
+	var c callCost
 	if err := read(); err != nil { // warm-up (connections, caches)
-		return 0, 0, nil, err
+		return c, err
 	}
 	expected := estimateDuration(func() (time.Duration, error) {
 		start := time.Now()
@@ -268,25 +302,26 @@ func apiserverCPU(pid, n int, settle time.Duration, read, rewarm func() error) (
 		return time.Since(start), err
 	}, n)
 	time.Sleep(settle)
-	idlePerSecond := idleCPU(pid, expected)
-	c0 := cpuTicks(pid)
+	idlePerSecond := idleCPU(apiPID, expected)
+	c0, s0 := cpuTicks(apiPID), cpuTicksAll(server)
 	if rewarm != nil {
 		if err := rewarm(); err != nil {
-			return 0, 0, nil, err
+			return c, err
 		}
 	}
 	start := time.Now()
 	for range n {
 		t0 := time.Now()
 		if err := read(); err != nil {
-			return 0, 0, nil, err
+			return c, err
 		}
-		lat = append(lat, ms(time.Since(t0)))
+		c.lat = append(c.lat, ms(time.Since(t0)))
 	}
-	elapsed := time.Since(start).Seconds()
-	used := ticksMs(cpuTicks(pid) - c0)
-	idleMs := idlePerSecond * elapsed
-	return (used - idleMs) / float64(n), idleMs / float64(n), lat, nil
+	elapsed := time.Since(start)
+	c.api = aboveIdle(cpuTicks(apiPID)-c0, idlePerSecond, elapsed) / float64(n)
+	c.apiIdle = idlePerSecond * elapsed.Seconds() / float64(n)
+	c.server = ticksMs(cpuTicksAll(server)-s0) / float64(n)
+	return c, nil
 }
 
 func runAPICost(ctx context.Context, o options, d dataset, a *apiCostOptions) error {
@@ -301,10 +336,11 @@ func runAPICost(ctx context.Context, o options, d dataset, a *apiCostOptions) er
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "bench: load average before %s\n", loadAvg())
-	apiList, apiIdle, _, err := apiserverCPU(env.apiPID, a.apiLists, a.settle, func() error { return readAll(apiClient, env.admin.Host+path) }, nil)
+	own, err := measureCalls(env.apiPID, nil, a.apiLists, a.settle, func() error { return readAll(apiClient, env.admin.Host+path) }, nil)
 	if err != nil {
 		return err
 	}
+	apiList, apiIdle := own.api, own.apiIdle
 	type costRow struct {
 		tier, via, read string
 		cpu, idle       float64
@@ -323,10 +359,11 @@ func runAPICost(ctx context.Context, o options, d dataset, a *apiCostOptions) er
 			}
 			for _, rd := range []struct{ name, query string }{{"consistent", ""}, {"RV=0", "?resourceVersion=0"}} {
 				u := v.cfg.Host + path + rd.query
-				cpu, idle, lat, err := apiserverCPU(env.apiPID, a.tierReads, a.settle, func() error { return readAll(client, u) }, nil)
+				c, err := measureCalls(env.apiPID, nil, a.tierReads, a.settle, func() error { return readAll(client, u) }, nil)
 				if err != nil {
 					return err
 				}
+				cpu, idle, lat := c.api, c.apiIdle, c.lat
 				target := 0.15
 				if v.name == "direct" {
 					target = map[string]float64{"consistent": 0.03, "RV=0": 0.01}[rd.name]

@@ -30,6 +30,7 @@ func startFleet(cp *controlplane.ControlPlane, admin *rest.Config, binary, flags
 	certFile, keyFile, caFile := certs.CertFile, certs.KeyFile, certs.CAFile
 	var cmds []*exec.Cmd
 	var done []chan struct{}
+	var names []string
 	stop := func() {
 		for _, c := range cmds {
 			_ = c.Process.Signal(os.Interrupt)
@@ -57,7 +58,17 @@ func startFleet(cp *controlplane.ControlPlane, admin *rest.Config, binary, flags
 		}
 		ch := make(chan struct{})
 		go func() { _ = cmd.Wait(); logf.Close(); close(ch) }()
-		cmds, done = append(cmds, cmd), append(done, ch)
+		cmds, done, names = append(cmds, cmd), append(done, ch), append(names, name)
+		return nil
+	}
+	alive := func() error {
+		for i := range done {
+			select {
+			case <-done[i]:
+				return exitedError("cache-server "+names[i], filepath.Join(dir, names[i]+".log"))
+			default:
+			}
+		}
 		return nil
 	}
 	topo := topology.Topology{HashShards: int32(hashShards)}
@@ -101,7 +112,7 @@ func startFleet(cp *controlplane.ControlPlane, admin *rest.Config, binary, flags
 		stop()
 		return nil, err
 	}
-	t := &tierProc{cfg: cfg, pid: cmds[len(cmds)-1].Process.Pid, stop: stop}
+	t := &tierProc{cfg: cfg, pid: cmds[len(cmds)-1].Process.Pid, stop: stop, alive: alive}
 	for _, c := range cmds {
 		t.pids = append(t.pids, c.Process.Pid)
 	}
@@ -114,13 +125,13 @@ func startFleet(cp *controlplane.ControlPlane, admin *rest.Config, binary, flags
 	}
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		for i := range done {
-			select {
-			case <-done[i]:
-				stop()
-				return nil, fmt.Errorf("a fleet process exited; see the logs in %s", dir)
-			default:
-			}
+		if err := alive(); err != nil {
+			stop()
+			return nil, err
+		}
+		if err := cp.Exited(); err != nil {
+			stop()
+			return nil, err
 		}
 		resp, err := client.Get(cfg.Host + "/readyz")
 		if err == nil {
@@ -131,7 +142,7 @@ func startFleet(cp *controlplane.ControlPlane, admin *rest.Config, binary, flags
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return nil, fmt.Errorf("fleet not ready after 5m")
+			return nil, fmt.Errorf("fleet not ready after 5m; last lines of the front's log:\n%s", controlplane.LogTail(filepath.Join(dir, "front.log"), 30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -177,10 +188,10 @@ func fleetMemoryRows(label string, t *tierProc, each, base []uint64, apiGrowth f
 	front := growth(shards)
 	nan := math.NaN()
 	return []row{
-		{label, "RSS growth, all tier processes", "MiB", mib(apiGrowth), mib(sum + front)},
-		{label, fmt.Sprintf("RSS growth, largest of %d shards", shards), "MiB", nan, mib(hi)},
-		{label, fmt.Sprintf("RSS growth, smallest of %d shards", shards), "MiB", nan, mib(lo)},
-		{label, "RSS growth, front", "MiB", nan, mib(front)},
-		{label, fmt.Sprintf("data set as JSON / %d shards", shards), "MiB", nan, mib(float64(jsonBytes) / float64(shards))},
+		{label, "RSS growth, all tier processes", "MiB", mib(apiGrowth), mib(sum + front), ""},
+		{label, fmt.Sprintf("RSS growth, largest of %d shards", shards), "MiB", nan, mib(hi), ""},
+		{label, fmt.Sprintf("RSS growth, smallest of %d shards", shards), "MiB", nan, mib(lo), ""},
+		{label, "RSS growth, front", "MiB", nan, mib(front), ""},
+		{label, fmt.Sprintf("data set as JSON / %d shards", shards), "MiB", nan, mib(float64(jsonBytes) / float64(shards)), ""},
 	}
 }

@@ -35,6 +35,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,6 +58,8 @@ type dataset struct {
 	count, size int
 	// resource is what the set is made of: configmaps, or pods (pods.go).
 	resource string
+	// nodes, for pods, is how many nodes they are bound to (0: none).
+	nodes int
 }
 
 type options struct {
@@ -80,6 +83,9 @@ type options struct {
 	// shard` processes and a `cache-server front` (LIST mode); CPU and
 	// memory are the sums over all of them.
 	fleet int
+	// settle is the pause after a tier's warm-up reads before the
+	// apiserver's idle rate is measured (wholecost.go).
+	settle time.Duration
 }
 
 func main() {
@@ -93,7 +99,7 @@ func main() {
 	flag.IntVar(&large.count, "large-count", 300, "ConfigMaps in the large-object data set")
 	flag.IntVar(&large.size, "large-size", 1<<20, "bytes of data per large ConfigMap")
 	flag.IntVar(&pods.count, "pod-count", 0, "Pods in the pods-like data set (pods.go)")
-	flag.IntVar(&pods.size, "pod-size", 3072, "bytes of JSON per Pod, as the apiserver serves it")
+	flag.IntVar(&pods.size, "pod-size", 5120, "bytes of JSON per Pod, as the apiserver serves it (managedFields included; at least the unpadded bench Pod, ~4.2 KB; -mode list and nodes)")
 	flag.IntVar(&o.iterations, "iterations", 30, "full LISTs per server and data set")
 	flag.IntVar(&o.pageIters, "page-iterations", 5, "paginated LIST walks per server and data set")
 	flag.IntVar(&o.concurrency, "seed-concurrency", 8, "parallel creates while seeding")
@@ -102,11 +108,15 @@ func main() {
 	flag.StringVar(&o.tierFlags, "tier-flags", "", "extra cache-server standalone flags, space-separated (e.g. \"--gc-percent=50\")")
 	flag.StringVar(&o.profileDir, "profile-dir", "", "write CPU profiles of both servers under LIST load here (/debug/pprof/profile; both serve it to the admin)")
 	flag.DurationVar(&o.freshness, "freshness-timeout", 0, "the tier profile's freshnessTimeout (default: the profile's default, 3s); the 100k-object scale run on a loaded machine needs more")
-	flag.IntVar(&o.fleet, "fleet", 0, "run the tier as a fleet of this many shard processes and a front (list mode only; CPU and RSS summed over the processes)")
-	mode := flag.String("mode", "list", "benchmark: list, watchlist, fanout, watch (watchlist and fanout), probecost, apicost or quietread")
+	flag.IntVar(&o.fleet, "fleet", 0, "run the tier as a fleet of this many shard processes and a front (list mode; apicost, quietread and nodes run one next to the standalone tier, default 2 shards; CPU and RSS summed over the processes)")
+	mode := flag.String("mode", "list", "benchmark: list, watchlist, fanout, watch (watchlist and fanout), nodes, probecost, apicost, quietread or aggwatch")
 	wo := watchFlags()
 	fo := freshFlags()
+	no := nodesFlags()
+	ao := aggWatchFlags()
 	flag.Parse()
+	o.settle = fo.api.settle
+	no.writers, no.podSize = wo.writers, pods.size
 	if handled, err := runFreshMode(context.Background(), *mode, o, small, fo); handled {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -116,6 +126,12 @@ func main() {
 	}
 	switch *mode {
 	case "list":
+	case "nodes":
+		if err := runNodes(context.Background(), o, no); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
 	case "watchlist", "fanout", "watch":
 		if o.fleet > 0 {
 			fmt.Fprintln(os.Stderr, "bench: -fleet is for -mode list")
@@ -124,6 +140,12 @@ func main() {
 		wo.watchList = *mode != "fanout"
 		wo.fanout = *mode != "watchlist"
 		if err := runWatch(context.Background(), o, wo); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	case "aggwatch":
+		if err := runAggWatch(context.Background(), o, wo, ao); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -146,6 +168,9 @@ func main() {
 type row struct {
 	set, metric, unit string
 	api, tier         float64
+	// target, when set, is the issue's target for the ratio and whether
+	// it is met (printed in a column of its own).
+	target string
 }
 
 // benchEnv is a running control plane, an admin client of its apiserver,
@@ -266,7 +291,7 @@ func run(ctx context.Context, o options) error {
 		}{{admin, []int{apiPID}, nil}, {t.cfg, t.pids, t.parts}}
 		var res [2]measure
 		for i, s := range servers {
-			if res[i], err = measureServer(s.cfg, s.pids, path, o, d.count); err != nil {
+			if res[i], err = measureServer(s.cfg, s.pids, apiPID, path, o); err != nil {
 				t.stop()
 				return err
 			}
@@ -293,17 +318,19 @@ func run(ctx context.Context, o options) error {
 		perObj := float64(jsonBytes) / float64(d.count)
 		label := fmt.Sprintf("%s (%d x %s)", d.name, d.count, human(d.size))
 		rows = append(rows,
-			row{label, "full LIST p50", "ms", res[0].p50, res[1].p50},
-			row{label, "full LIST p99", "ms", res[0].p99, res[1].p99},
-			row{label, "CPU per full LIST", "ms", res[0].cpuPerList, res[1].cpuPerList},
-			row{label, "paginated LIST (limit=500) total p50", "ms", res[0].pagedP50, res[1].pagedP50},
-			row{label, "full LIST p50, client gunzips all (client-go)", "ms", res[0].decodedP50, res[1].decodedP50},
-			row{label, "paginated total p50, client gunzips all", "ms", res[0].decodedPagedP50, res[1].decodedPagedP50},
-			row{label, "resident bytes per object", "B", float64(int64(apiAfter)-int64(apiBefore)) / float64(d.count), float64(int64(tierRSS)-int64(baseRSS[d.resource])) / float64(d.count)},
-			row{label, "object JSON size", "B", perObj, perObj},
-			row{label, "full LIST body on the wire (gzip)", "KiB", res[0].wireBytes / 1024, res[1].wireBytes / 1024},
-			row{label, "resident bytes per object after the LISTs", "B", float64(int64(apiServed)-int64(apiBefore)) / float64(d.count), float64(int64(tierServed)-int64(baseRSS[d.resource])) / float64(d.count)},
-			row{label, "compressed LIST chunks kept per object", "B", math.NaN(), kept / float64(d.count)},
+			row{label, "full LIST p50", "ms", res[0].p50, res[1].p50, ""},
+			row{label, "full LIST p99", "ms", res[0].p99, res[1].p99, ""},
+			row{label, "CPU per full LIST", "ms", res[0].cpuPerList, res[1].cpuPerList, ""},
+			row{label, "apiserver CPU the tier's LIST causes (idle subtracted)", "ms", math.NaN(), res[1].causedPerList, ""},
+			row{label, "whole CPU per full LIST above idle (tier: + what it causes)", "ms", res[0].wholePerList, res[1].wholePerList, ""},
+			row{label, "paginated LIST (limit=500) total p50", "ms", res[0].pagedP50, res[1].pagedP50, ""},
+			row{label, "full LIST p50, client gunzips all (client-go)", "ms", res[0].decodedP50, res[1].decodedP50, ""},
+			row{label, "paginated total p50, client gunzips all", "ms", res[0].decodedPagedP50, res[1].decodedPagedP50, ""},
+			row{label, "resident bytes per object", "B", float64(int64(apiAfter)-int64(apiBefore)) / float64(d.count), float64(int64(tierRSS)-int64(baseRSS[d.resource])) / float64(d.count), ""},
+			row{label, "object JSON size", "B", perObj, perObj, ""},
+			row{label, "full LIST body on the wire (gzip)", "KiB", res[0].wireBytes / 1024, res[1].wireBytes / 1024, ""},
+			row{label, "resident bytes per object after the LISTs", "B", float64(int64(apiServed)-int64(apiBefore)) / float64(d.count), float64(int64(tierServed)-int64(baseRSS[d.resource])) / float64(d.count), ""},
+			row{label, "compressed LIST chunks kept per object", "B", math.NaN(), kept / float64(d.count), ""},
 		)
 		if o.fleet > 0 {
 			rows = append(rows, fleetMemoryRows(label, t, tierEach, baseEach[d.resource], float64(int64(apiAfter)-int64(apiBefore)), jsonBytes)...)
@@ -322,6 +349,15 @@ type tierProc struct {
 	// parts are a fleet's shards, profiled with the front (-profile-dir).
 	parts []profTarget
 	stop  func()
+	// alive returns an error with the last log lines of a process of the
+	// tier that exited, nil while all run.
+	alive func() error
+}
+
+// exitedError is the error for a tier process that exited: its log's last
+// lines (fail fast with the reason, not "see the log").
+func exitedError(name, logPath string) error {
+	return fmt.Errorf("%s exited; last lines of %s:\n%s", name, logPath, controlplane.LogTail(logPath, 30))
 }
 
 // startTier runs `cache-server standalone` caching the given core/v1
@@ -357,7 +393,8 @@ func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.C
 	if shards > 0 {
 		return startFleet(cp, admin, binary, flags, env, dir, profPath, addr, shards, int(spec.HashShards))
 	}
-	logf, err := os.Create(filepath.Join(dir, "tier.log"))
+	logPath := filepath.Join(dir, "tier.log")
+	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
@@ -389,23 +426,34 @@ func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.C
 		stop()
 		return nil, err
 	}
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
+	alive := func() error {
 		select {
 		case <-done:
-			return nil, fmt.Errorf("tier exited; see %s", filepath.Join(dir, "tier.log"))
+			return exitedError("cache-server standalone", logPath)
 		default:
+			return nil
+		}
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		if err := alive(); err != nil {
+			logf.Close()
+			return nil, err
+		}
+		if err := cp.Exited(); err != nil {
+			stop()
+			return nil, err
 		}
 		resp, err := client.Get(cfg.Host + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return &tierProc{cfg: cfg, pid: cmd.Process.Pid, pids: []int{cmd.Process.Pid}, stop: stop}, nil
+				return &tierProc{cfg: cfg, pid: cmd.Process.Pid, pids: []int{cmd.Process.Pid}, stop: stop, alive: alive}, nil
 			}
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return nil, fmt.Errorf("tier not ready after 5m")
+			return nil, fmt.Errorf("tier not ready after 5m; last lines of %s:\n%s", logPath, controlplane.LogTail(logPath, 30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -455,6 +503,13 @@ func listSize(ctx context.Context, kc kubernetes.Interface, ns, resource string)
 
 type measure struct {
 	p50, p99, cpuPerList, pagedP50 float64
+	// causedPerList is, for a tier, the apiserver's CPU per full LIST
+	// above its idle rate: the RV fetches and progress probes the LISTs
+	// made the tier send (wholecost.go). wholePerList is what a full LIST
+	// costs every process above idle: the apiserver's CPU minus its idle
+	// rate when it serves the LIST itself; the tier's CPU plus
+	// causedPerList when the tier does.
+	causedPerList, wholePerList float64
 	// wireBytes is the last full LIST's body as sent (gzip).
 	wireBytes float64
 	// The same with a client that decompresses every byte with Go's
@@ -462,7 +517,10 @@ type measure struct {
 	decodedP50, decodedPagedP50 float64
 }
 
-func measureServer(cfg *rest.Config, pids []int, path string, o options, count int) (measure, error) {
+// measureServer measures the LISTs of path on the server at cfg, whose
+// processes are pids; apiPID is the apiserver's (one of pids when it is
+// the server measured).
+func measureServer(cfg *rest.Config, pids []int, apiPID int, path string, o options) (measure, error) {
 	var m measure
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -523,15 +581,27 @@ func measureServer(cfg *rest.Config, pids []int, path string, o options, count i
 	if _, err := list("", false); err != nil {
 		return m, err
 	}
-	cpu0 := cpuTicksAll(pids)
+	apiIsServer := slices.Contains(pids, apiPID)
+	if !apiIsServer {
+		// The warm-up's progress probes must not run in the idle window.
+		time.Sleep(o.settle)
+	}
+	idle := idleCPU(apiPID, 0)
+	cpu0, api0, t0 := cpuTicksAll(pids), cpuTicks(apiPID), time.Now()
 	lat, err := full(false)
 	if err != nil {
 		return m, err
 	}
-	cpu1 := cpuTicksAll(pids)
+	cpu1, api1 := cpuTicksAll(pids), cpuTicks(apiPID)
+	apiAbove := aboveIdle(api1-api0, idle, time.Since(t0)) / float64(o.iterations)
 	m.wireBytes = float64(wire)
 	m.p50, m.p99 = pct(lat, 50), pct(lat, 99)
-	m.cpuPerList = float64(cpu1-cpu0) * 1000 / clkTck / float64(o.iterations)
+	m.cpuPerList = ticksMs(cpu1-cpu0) / float64(o.iterations)
+	if apiIsServer {
+		m.causedPerList, m.wholePerList = math.NaN(), apiAbove
+	} else {
+		m.causedPerList, m.wholePerList = apiAbove, m.cpuPerList+apiAbove
+	}
 	paged, err := walks(false)
 	if err != nil {
 		return m, err
@@ -669,11 +739,19 @@ func human(n int) string {
 
 func printTable(w io.Writer, rows []row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(tw, "data set\tmetric\tunit\tkube-apiserver\ttier\ttier/apiserver\t")
+	targets := slices.ContainsFunc(rows, func(r row) bool { return r.target != "" })
+	head := "data set\tmetric\tunit\tkube-apiserver\ttier\ttier/apiserver\t"
+	if targets {
+		head += "target\t"
+	}
+	fmt.Fprintln(tw, head)
 	// NaN marks a value that does not apply to one server.
 	num := func(v float64) string {
 		if math.IsNaN(v) {
 			return "-"
+		}
+		if v != 0 && math.Abs(v) < 1 { // CPU per update or per small LIST
+			return fmt.Sprintf("%.3f", v)
 		}
 		return fmt.Sprintf("%.1f", v)
 	}
@@ -682,7 +760,11 @@ func printTable(w io.Writer, rows []row) {
 		if r.api > 0 && !math.IsNaN(r.tier) {
 			ratio = fmt.Sprintf("%.2f", r.tier/r.api)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", r.set, r.metric, r.unit, num(r.api), num(r.tier), ratio)
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t", r.set, r.metric, r.unit, num(r.api), num(r.tier), ratio)
+		if targets {
+			line += r.target + "\t"
+		}
+		fmt.Fprintln(tw, line)
 	}
 	_ = tw.Flush()
 }

@@ -25,9 +25,23 @@ import (
 // podPaddingKey is the annotation that brings a Pod to the wanted size.
 const podPaddingKey = "bench.cachetier.io/padding"
 
-func benchPod(i int, padding string) *corev1.Pod {
-	app := fmt.Sprintf("app-%03d", i%200)
-	hash := fmt.Sprintf("%010x", uint64(i%200)*2654435761)
+// benchPodName is the name of the data set's i-th Pod.
+func benchPodName(i int) string {
+	app, hash := benchPodApp(i)
+	return fmt.Sprintf("%s-%s-%06d", app, hash[:6], i)
+}
+
+func benchPodApp(i int) (app, hash string) {
+	return fmt.Sprintf("app-%03d", i%200), fmt.Sprintf("%010x", uint64(i%200)*2654435761)
+}
+
+// benchNodeName is the name of the data set's n-th node (-mode nodes:
+// Pods are created bound to it; no Node object exists).
+func benchNodeName(n int) string { return fmt.Sprintf("node-%05d", n) }
+
+// benchPod is the data set's i-th Pod, bound to node when node is set.
+func benchPod(i int, padding, node string) *corev1.Pod {
+	app, hash := benchPodApp(i)
 	ann := map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-11-21T10:00:00Z"}
 	if padding != "" {
 		ann[podPaddingKey] = padding
@@ -38,7 +52,7 @@ func benchPod(i int, padding string) *corev1.Pod {
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:   fmt.Sprintf("%s-%s-%06d", app, hash[:6], i),
+			Name:   benchPodName(i),
 			Labels: map[string]string{"app": app, "pod-template-hash": hash, "tier": []string{"web", "api", "worker"}[i%3]},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "apps/v1", Kind: "ReplicaSet", Name: app + "-" + hash, UID: "3f1c6a52-9d1e-4c8b-a5b7-0d6e2f4a8c91",
@@ -47,6 +61,7 @@ func benchPod(i int, padding string) *corev1.Pod {
 			Annotations: ann,
 		},
 		Spec: corev1.PodSpec{
+			NodeName: node,
 			Containers: []corev1.Container{{
 				Name: "app", Image: "registry.example.com/team/" + app + ":v1.27.3",
 				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
@@ -73,31 +88,72 @@ func benchPod(i int, padding string) *corev1.Pod {
 
 func ptr[T any](v T) *T { return &v }
 
-// seedPods creates d.count Pods of about d.size bytes of JSON in ns and
-// returns the size of their LIST.
+// seedPods creates d.count Pods of about d.size bytes of JSON in ns, bound
+// round-robin to d.nodes nodes when d.nodes > 0 (Pod i to node i mod
+// d.nodes), and returns the size of their LIST.
 func seedPods(ctx context.Context, kc kubernetes.Interface, ns string, d dataset, concurrency int) (int64, error) {
-	pods := kc.CoreV1().Pods(ns)
-	// Calibrate: the first Pod without padding shows what the apiserver
-	// adds (defaults, managedFields); the padding annotation (and its
-	// managedFields entry) makes up the rest.
-	first, err := pods.Create(ctx, benchPod(0, ""), metav1.CreateOptions{})
+	node := func(i int) string {
+		if d.nodes <= 0 {
+			return ""
+		}
+		return benchNodeName(i % d.nodes)
+	}
+	pad, err := podPadding(ctx, kc, ns, d.size, node(0))
 	if err != nil {
 		return 0, err
 	}
-	raw, err := kc.CoreV1().RESTClient().Get().Namespace(ns).Resource("pods").Name(first.Name).DoRaw(ctx)
-	if err != nil {
-		return 0, err
-	}
-	pad := ""
-	if extra := d.size - len(raw) - len(`,"":""`) - len(podPaddingKey) - len(`,"f:":{}`) - len(podPaddingKey); extra > 0 {
-		pad = strings.Repeat("p", extra)
-	}
-	err = createAll(ctx, 1, d.count, concurrency, func(ctx context.Context, i int) error {
-		_, err := pods.Create(ctx, benchPod(i, pad), metav1.CreateOptions{})
+	err = createAll(ctx, 0, d.count, concurrency, func(ctx context.Context, i int) error {
+		_, err := kc.CoreV1().Pods(ns).Create(ctx, benchPod(i, pad, node(i)), metav1.CreateOptions{})
 		return err
 	})
 	if err != nil {
 		return 0, err
 	}
 	return listSize(ctx, kc, ns, "pods")
+}
+
+// podPadding is the padding annotation's value that makes a Pod size bytes
+// of JSON as the apiserver serves it (managedFields included): measured on
+// a Pod created without padding, checked on one created with it (the
+// padding's own managedFields entry, defaults), then both deleted. A size
+// below the unpadded Pod's is an error (the bench once used the unpadded
+// Pod silently: -pod-size 3072 gave 4,162 B Pods).
+func podPadding(ctx context.Context, kc kubernetes.Interface, ns string, size int, node string) (string, error) {
+	sizeWith := func(name, pad string) (int, error) {
+		p := benchPod(0, pad, node)
+		p.Name = name
+		if _, err := kc.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return 0, err
+		}
+		defer func() {
+			_ = kc.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+		}()
+		raw, err := kc.CoreV1().RESTClient().Get().Namespace(ns).Resource("pods").Name(name).SetHeader("Accept", "application/json").DoRaw(ctx)
+		return len(raw), err
+	}
+	// Names as long as every Pod's.
+	n := len(benchPodName(0))
+	bare, err := sizeWith(strings.Repeat("c", n), "")
+	if err != nil {
+		return "", err
+	}
+	extra := size - bare
+	if extra < 0 {
+		// Padding cannot make a Pod smaller; a run with other Pods than
+		// asked for would be reported under the size asked for.
+		return "", fmt.Errorf("-pod-size %d is below the size of the bench's Pod without padding (%d B of JSON as the apiserver serves it): ask for at least %d", size, bare, bare)
+	}
+	if extra == 0 {
+		return "", nil
+	}
+	// A first guess without the annotation's overhead, then corrected by
+	// what the padded Pod actually measures.
+	padded, err := sizeWith(strings.Repeat("d", n), strings.Repeat("p", extra))
+	if err != nil {
+		return "", err
+	}
+	if extra += size - padded; extra <= 0 {
+		return "", nil
+	}
+	return strings.Repeat("p", extra), nil
 }

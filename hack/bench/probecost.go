@@ -100,14 +100,14 @@ func runProbeCost(ctx context.Context, o options, po probeCostOptions) error {
 		}
 		time.Sleep(2 * time.Second)
 		for _, c := range cands {
-			cpuMs, idleMs, lat, err := apiserverCPU(env.apiPID, po.requests, 0, func() error {
+			cost, err := measureCalls(env.apiPID, nil, po.requests, 0, func() error {
 				_, err := probeOnce(client, env.admin.Host+c.path+"?"+c.query)
 				return err
 			}, nil)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
-			results[n] = append(results[n], result{cpuMs: cpuMs, idleMs: idleMs, p50: pct(lat, 50)})
+			results[n] = append(results[n], result{cpuMs: cost.api, idleMs: cost.apiIdle, p50: pct(cost.lat, 50)})
 		}
 	}
 	fmt.Printf("apiserver CPU per RV fetch (ms, idle subtracted) and latency; %d sequential requests each, ConfigMaps of %d B; load average %s\n", po.requests, po.objSize, loadAvg())

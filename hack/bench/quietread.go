@@ -243,7 +243,8 @@ func runQuietRead(ctx context.Context, o options, a *apiCostOptions) error {
 			q.measuring.Store(true)
 			return err
 		}
-		cpu, idle, _, err := apiserverCPU(env.apiPID, a.quietIter, a.settle, func() error { i++; return start(q, i) }, rewarm)
+		cost, err := measureCalls(env.apiPID, nil, a.quietIter, a.settle, func() error { i++; return start(q, i) }, rewarm)
+		cpu, idle := cost.api, cost.apiIdle
 		q.wg.Wait()
 		if err == nil {
 			err = q.firstErr()

@@ -20,7 +20,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -67,6 +66,8 @@ type watchOptions struct {
 	// fanout
 	watchers, rate, objects, transports, writers int
 	duration, drain                              time.Duration
+	// baseline is how long the writer runs alone first (wholecost.go).
+	baseline time.Duration
 }
 
 func watchFlags() *watchOptions {
@@ -87,6 +88,7 @@ func watchFlags() *watchOptions {
 	flag.IntVar(&w.transports, "transports", 4, "fanout: HTTP/2 transports the watchers share")
 	flag.IntVar(&w.writers, "writers", 16, "fanout: concurrent writer goroutines (a tick finding all busy is dropped and counted)")
 	flag.DurationVar(&w.drain, "drain", 15*time.Second, "fanout: after the writer stops, wait at most this long for the last events")
+	flag.DurationVar(&w.baseline, "writer-alone", 20*time.Second, "fanout: how long the writer runs alone first (nothing watching), for the apiserver's CPU per write that the whole-cost rows subtract")
 	return &w
 }
 
@@ -145,7 +147,11 @@ type watchListResult struct {
 	synced                      int
 	baseRSS, peakRSS, hwm       uint64
 	cpuSec                      float64
-	watchListReqs, listReqs     int64
+	// apiAboveIdle is the apiserver's CPU during the run minus its idle
+	// rate (s): its own work when it serves the clients, what the tier's
+	// run caused when the tier does (wholecost.go).
+	apiAboveIdle            float64
+	watchListReqs, listReqs int64
 }
 
 func benchWatchList(ctx context.Context, env *benchEnv, o options, wo *watchOptions) ([]row, []string, error) {
@@ -193,7 +199,7 @@ func benchWatchList(ctx context.Context, env *benchEnv, o options, wo *watchOpti
 			}
 		}
 	}
-	tierRes, err := measureWatchList(ctx, t.cfg, t.pid, ns, wo)
+	tierRes, err := measureWatchList(ctx, t.cfg, t.pid, env.apiPID, ns, wo)
 	wo.midRun, wo.overBound = nil, nil
 	t.stop()
 	if err != nil {
@@ -201,7 +207,7 @@ func benchWatchList(ctx context.Context, env *benchEnv, o options, wo *watchOpti
 	}
 	time.Sleep(2 * time.Second)
 	fmt.Fprintf(os.Stderr, "bench: watch-list on the apiserver: %d %s clients\n", wo.clients, wo.client)
-	apiRes, err := measureWatchList(ctx, env.admin, env.apiPID, ns, wo)
+	apiRes, err := measureWatchList(ctx, env.admin, env.apiPID, env.apiPID, ns, wo)
 	if err != nil {
 		return nil, nil, fmt.Errorf("apiserver: %w", err)
 	}
@@ -218,20 +224,22 @@ func benchWatchList(ctx context.Context, env *benchEnv, o options, wo *watchOpti
 	bound := 1.5*data + float64(wo.clients)*2*mib
 	a, b := apiRes, tierRes
 	rows := []row{
-		{label, "clients synced", "", float64(a.synced), float64(b.synced)},
-		{label, "first client synced", "ms", ms(a.firstSync), ms(b.firstSync)},
-		{label, "p50 client synced", "ms", ms(a.p50Sync), ms(b.p50Sync)},
-		{label, "all clients synced", "ms", ms(a.allSync), ms(b.allSync)},
-		{label, "RSS of a tier caching nothing", "MiB", nan, float64(emptyRSS) / mib},
-		{label, "RSS before the clients started", "MiB", float64(a.baseRSS) / mib, float64(b.baseRSS) / mib},
-		{label, "peak RSS (VmRSS sampled)", "MiB", float64(a.peakRSS) / mib, float64(b.peakRSS) / mib},
-		{label, "peak RSS (VmHWM)", "MiB", float64(a.hwm) / mib, float64(b.hwm) / mib},
-		{label, "peak RSS growth over before", "MiB", float64(a.peakRSS-min(a.peakRSS, a.baseRSS)) / mib, float64(b.peakRSS-min(b.peakRSS, b.baseRSS)) / mib},
-		{label, "data set (N x S of Secret data)", "MiB", data / mib, data / mib},
-		{label, "data set as JSON (LIST body)", "MiB", float64(dataBytes) / mib, float64(dataBytes) / mib},
-		{label, "target for tier: 1.5 x data + K x 2 MiB", "MiB", nan, bound / mib},
-		{label, "server CPU during the run", "s", a.cpuSec, b.cpuSec},
-		{label, "watch-list / LIST requests sent", "", float64(a.watchListReqs), float64(b.watchListReqs)},
+		{label, "clients synced", "", float64(a.synced), float64(b.synced), ""},
+		{label, "first client synced", "ms", ms(a.firstSync), ms(b.firstSync), ""},
+		{label, "p50 client synced", "ms", ms(a.p50Sync), ms(b.p50Sync), ""},
+		{label, "all clients synced", "ms", ms(a.allSync), ms(b.allSync), ""},
+		{label, "RSS of a tier caching nothing", "MiB", nan, float64(emptyRSS) / mib, ""},
+		{label, "RSS before the clients started", "MiB", float64(a.baseRSS) / mib, float64(b.baseRSS) / mib, ""},
+		{label, "peak RSS (VmRSS sampled)", "MiB", float64(a.peakRSS) / mib, float64(b.peakRSS) / mib, ""},
+		{label, "peak RSS (VmHWM)", "MiB", float64(a.hwm) / mib, float64(b.hwm) / mib, ""},
+		{label, "peak RSS growth over before", "MiB", float64(a.peakRSS-min(a.peakRSS, a.baseRSS)) / mib, float64(b.peakRSS-min(b.peakRSS, b.baseRSS)) / mib, ""},
+		{label, "data set (N x S of Secret data)", "MiB", data / mib, data / mib, ""},
+		{label, "data set as JSON (LIST body)", "MiB", float64(dataBytes) / mib, float64(dataBytes) / mib, ""},
+		{label, "target for tier: 1.5 x data + K x 2 MiB", "MiB", nan, bound / mib, ""},
+		{label, "server CPU during the run", "s", a.cpuSec, b.cpuSec, ""},
+		{label, "apiserver CPU the tier's run causes (above idle)", "s", nan, b.apiAboveIdle, ""},
+		{label, "whole CPU during the run above idle (tier: + what it causes)", "s", a.apiAboveIdle, b.cpuSec + b.apiAboveIdle, ""},
+		{label, "watch-list / LIST requests sent", "", float64(a.watchListReqs), float64(b.watchListReqs), ""},
 	}
 	peak := max(b.peakRSS, b.hwm)
 	verdict := "MET"
@@ -434,7 +442,9 @@ func statusKB(pid int, field string) uint64 {
 	return 0
 }
 
-func measureWatchList(ctx context.Context, base *rest.Config, pid int, ns string, wo *watchOptions) (watchListResult, error) {
+// measureWatchList runs the watch-list clients against the server at base
+// (process pid; apiPID is the apiserver's, the same when it is the server).
+func measureWatchList(ctx context.Context, base *rest.Config, pid, apiPID int, ns string, wo *watchOptions) (watchListResult, error) {
 	var res watchListResult
 	var wl, listed atomic.Int64
 	var statusMu sync.Mutex
@@ -477,6 +487,7 @@ func measureWatchList(ctx context.Context, base *rest.Config, pid int, ns string
 	}
 
 	time.Sleep(500 * time.Millisecond) // let the server settle
+	idle := idleCPU(apiPID, 0)
 	res.baseRSS = rss(pid)
 	if err := resetHWM(pid); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: cannot reset VmHWM:", err)
@@ -494,7 +505,7 @@ func measureWatchList(ctx context.Context, base *rest.Config, pid int, ns string
 			wo.overBound(cfg)
 		}()
 	}
-	cpu0 := cpuTicks(pid)
+	cpu0, api0 := cpuTicks(pid), cpuTicks(apiPID)
 	times := make([]time.Duration, wo.clients)
 	errs := make([]error, wo.clients)
 	var wg, synced sync.WaitGroup
@@ -532,6 +543,7 @@ func measureWatchList(ctx context.Context, base *rest.Config, pid int, ns string
 	res.peakRSS = sampler.Stop()
 	res.hwm = statusKB(pid, "VmHWM")
 	res.cpuSec = float64(cpuTicks(pid)-cpu0) / clkTck
+	res.apiAboveIdle = aboveIdle(cpuTicks(apiPID)-api0, idle, time.Since(start)) / 1000
 	cancel()
 	select {
 	case <-allDone:
@@ -592,19 +604,9 @@ func informerSync(ctx context.Context, kc kubernetes.Interface, ns string) error
 // initial-events-end bookmark; then it keeps reading (discarding) until
 // ctx ends.
 func rawWatchListSync(ctx context.Context, client *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := openGet(ctx, client, url)
 	if err != nil {
 		return err
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return fmt.Errorf("%s: %d %s", url, resp.StatusCode, b)
 	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	if err := readToInitialEventsEnd(br); err != nil {
@@ -641,31 +643,10 @@ func readEventHead(br *bufio.Reader, n int) ([]byte, error) {
 
 // ------------------------------------------------------------------ fanout
 
-// writtenAt is the annotation carrying an update's write time (UnixNano).
-const writtenAt = "bench.cachetier.io/written-at"
-
-var writtenAtMarker = []byte(`"` + writtenAt + `":"`)
-
-// Latency histogram: bucket i holds latencies in [g^i, g^(i+1)) µs,
-// g = 1.02 (2% resolution, up to ~10^8 µs).
-const (
-	histGrowth  = 1.02
-	histBuckets = 1000
-)
-
-var logGrowth = math.Log(histGrowth)
-
-func histIndex(us int64) int {
-	if us < 1 {
-		return 0
-	}
-	return min(int(math.Log(float64(us))/logGrowth), histBuckets-1)
-}
-
 type watcherStats struct {
 	events   atomic.Int64 // every event received
 	timed    int64        // events carrying writtenAt
-	hist     [histBuckets]uint32
+	hist     latencyCounts
 	lastRecv time.Time
 	err      error // why the stream ended before the bench stopped it
 }
@@ -679,8 +660,12 @@ type fanoutResult struct {
 	deliverSpan             time.Duration
 	p50, p99, p999, maxLat  time.Duration
 	cpuSec, apiCPUSec       float64
-	peakRSS                 uint64
-	firstErr                error
+	// writeCPUMs, writeAPIMs: the server's and the apiserver's CPU over
+	// the writes and writeTail, the window writerAlone measures too (the
+	// whole-cost rows, wholecost.go).
+	writeCPUMs, writeAPIMs float64
+	peakRSS                uint64
+	firstErr               error
 }
 
 func benchFanout(ctx context.Context, env *benchEnv, o options, wo *watchOptions) ([]row, []string, error) {
@@ -695,20 +680,31 @@ func benchFanout(ctx context.Context, env *benchEnv, o options, wo *watchOptions
 			return nil, nil, err
 		}
 	}
+	write := func(ctx context.Context, i int) error {
+		_, err := env.kc.CoreV1().ConfigMaps(ns).Patch(ctx, fanoutName(i%wo.objects), types.MergePatchType, stampPatch(), metav1.PatchOptions{})
+		return err
+	}
+	// The apiserver's CPU per write with nothing watching: what the
+	// whole-cost rows subtract (wholecost.go).
+	fmt.Fprintf(os.Stderr, "bench: fan-out: the writer alone, %d updates/s for %s\n", wo.rate, wo.baseline)
+	perWrite, _, err := writerAlone(ctx, env.apiPID, wo.rate, wo.baseline, wo.writers, write)
+	if err != nil {
+		return nil, nil, err
+	}
 	t, err := startTier(ctx, env.cp, env.admin, o.binary, o.tierFlags, o.tierEnv, set, "configmaps", 0, o.freshness)
 	if err != nil {
 		return nil, nil, err
 	}
 	time.Sleep(2 * time.Second)
 	fmt.Fprintf(os.Stderr, "bench: fan-out on the tier: %d watchers, %d updates/s for %s\n", wo.watchers, wo.rate, wo.duration)
-	tierRes, err := measureFanout(ctx, env, t.cfg, t.pid, ns, wo)
+	tierRes, err := measureFanout(ctx, env, t.cfg, t.pid, ns, wo, write)
 	t.stop()
 	if err != nil {
 		return nil, nil, fmt.Errorf("tier: %w", err)
 	}
 	time.Sleep(2 * time.Second)
 	fmt.Fprintf(os.Stderr, "bench: fan-out on the apiserver: %d watchers, %d updates/s for %s\n", wo.watchers, wo.rate, wo.duration)
-	apiRes, err := measureFanout(ctx, env, env.admin, env.apiPID, ns, wo)
+	apiRes, err := measureFanout(ctx, env, env.admin, env.apiPID, ns, wo, write)
 	if err != nil {
 		return nil, nil, fmt.Errorf("apiserver: %w", err)
 	}
@@ -727,6 +723,14 @@ func benchFanout(ctx context.Context, env *benchEnv, o options, wo *watchOptions
 		}
 		return float64(r.writes) / r.writeSpan.Seconds()
 	}
+	// perUpdate is CPU ms per successful write of r.
+	perUpdate := func(cpuMs float64, r fanoutResult) float64 {
+		if r.writes == 0 {
+			return math.NaN()
+		}
+		return cpuMs / float64(r.writes)
+	}
+	nan := math.NaN()
 	expected := func(r fanoutResult) float64 { return float64(r.writes) * float64(r.established) }
 	share := func(r fanoutResult) float64 {
 		if expected(r) == 0 {
@@ -735,22 +739,26 @@ func benchFanout(ctx context.Context, env *benchEnv, o options, wo *watchOptions
 		return 100 * float64(r.timed) / expected(r)
 	}
 	rows := []row{
-		{label, "watchers established", "", float64(a.established), float64(b.established)},
-		{label, "updates written (achieved rate)", "/s", wrate(a), wrate(b)},
-		{label, "updates written", "", float64(a.writes), float64(b.writes)},
-		{label, "write (PATCH to apiserver) p50, part of latency", "ms", msf(a.writeP50), msf(b.writeP50)},
-		{label, "write (PATCH to apiserver) p99", "ms", msf(a.writeP99), msf(b.writeP99)},
-		{label, "events delivered (updates x watchers)", "", float64(a.timed), float64(b.timed)},
-		{label, "delivered / expected", "%", share(a), share(b)},
-		{label, "delivered events/s", "/s", rate(a), rate(b)},
-		{label, "delivery latency p50", "ms", msf(a.p50), msf(b.p50)},
-		{label, "delivery latency p99", "ms", msf(a.p99), msf(b.p99)},
-		{label, "delivery latency p99.9", "ms", msf(a.p999), msf(b.p999)},
-		{label, "delivery latency max", "ms", msf(a.maxLat), msf(b.maxLat)},
-		{label, "watchers ended early (e.g. slow)", "", float64(a.ended), float64(b.ended)},
-		{label, "server CPU during writes+drain", "s", a.cpuSec, b.cpuSec},
-		{label, "kube-apiserver CPU in the same window", "s", a.apiCPUSec, b.apiCPUSec},
-		{label, "server peak RSS", "MiB", float64(a.peakRSS) / mib, float64(b.peakRSS) / mib},
+		{label, "watchers established", "", float64(a.established), float64(b.established), ""},
+		{label, "updates written (achieved rate)", "/s", wrate(a), wrate(b), ""},
+		{label, "updates written", "", float64(a.writes), float64(b.writes), ""},
+		{label, "write (PATCH to apiserver) p50, part of latency", "ms", msf(a.writeP50), msf(b.writeP50), ""},
+		{label, "write (PATCH to apiserver) p99", "ms", msf(a.writeP99), msf(b.writeP99), ""},
+		{label, "events delivered (updates x watchers)", "", float64(a.timed), float64(b.timed), ""},
+		{label, "delivered / expected", "%", share(a), share(b), ""},
+		{label, "delivered events/s", "/s", rate(a), rate(b), ""},
+		{label, "delivery latency p50", "ms", msf(a.p50), msf(b.p50), ""},
+		{label, "delivery latency p99", "ms", msf(a.p99), msf(b.p99), ""},
+		{label, "delivery latency p99.9", "ms", msf(a.p999), msf(b.p999), ""},
+		{label, "delivery latency max", "ms", msf(a.maxLat), msf(b.maxLat), ""},
+		{label, "watchers ended early (e.g. slow)", "", float64(a.ended), float64(b.ended), ""},
+		{label, "server CPU during writes+drain", "s", a.cpuSec, b.cpuSec, ""},
+		{label, "kube-apiserver CPU in the same window", "s", a.apiCPUSec, b.apiCPUSec, ""},
+		{label, "apiserver CPU per update, the writer alone (nothing watching)", "ms", perWrite, nan, ""},
+		{label, "CPU per update: apiserver's dispatch (its run - writer alone) / tier's processes", "ms", perUpdate(a.writeAPIMs, a) - perWrite, perUpdate(b.writeCPUMs, b), ""},
+		{label, "apiserver CPU per update the tier causes (its run - writer alone)", "ms", nan, perUpdate(b.writeAPIMs, b) - perWrite, ""},
+		{label, "whole CPU per update: dispatch / tier + what it causes", "ms", perUpdate(a.writeAPIMs, a) - perWrite, perUpdate(b.writeCPUMs+b.writeAPIMs, b) - perWrite, ""},
+		{label, "server peak RSS", "MiB", float64(a.peakRSS) / mib, float64(b.peakRSS) / mib, ""},
 	}
 	var notes []string
 	if a.dropped+b.dropped+a.failed+b.failed > 0 {
@@ -796,32 +804,16 @@ func fanoutTransports(cfg *rest.Config, n int) ([]*http.Client, error) {
 }
 
 func listRV(ctx context.Context, client *http.Client, url string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return "", fmt.Errorf("%s: %d %s", url, resp.StatusCode, b)
-	}
 	var l struct {
 		Metadata struct {
 			ResourceVersion string `json:"resourceVersion"`
 		} `json:"metadata"`
 	}
-	if err := decodeJSON(resp.Body, &l); err != nil {
-		return "", err
-	}
-	return l.Metadata.ResourceVersion, nil
+	err := getJSON(ctx, client, url, &l)
+	return l.Metadata.ResourceVersion, err
 }
 
-func measureFanout(ctx context.Context, env *benchEnv, cfg *rest.Config, pid int, ns string, wo *watchOptions) (fanoutResult, error) {
+func measureFanout(ctx context.Context, env *benchEnv, cfg *rest.Config, pid int, ns string, wo *watchOptions, write func(ctx context.Context, i int) error) (fanoutResult, error) {
 	var res fanoutResult
 	clients, err := fanoutTransports(cfg, wo.transports)
 	if err != nil {
@@ -861,50 +853,35 @@ func measureFanout(ctx context.Context, env *benchEnv, cfg *rest.Config, pid int
 	sampler := sampleRSS(pid, 100*time.Millisecond)
 	cpu0, apiCPU0 := cpuTicks(pid), cpuTicks(env.apiPID)
 	writeStart := time.Now()
-	var writeLat []float64
-	res.writes, res.dropped, res.failed, writeLat = writeLoop(ctx, env.kc, ns, wo)
-	res.writeP50 = time.Duration(pct(writeLat, 50) * float64(time.Millisecond))
-	res.writeP99 = time.Duration(pct(writeLat, 99) * float64(time.Millisecond))
+	w := writeLoop(ctx, wo.rate, wo.duration, wo.writers, write)
+	res.writes, res.dropped, res.failed = w.writes, w.dropped, w.failed
+	res.writeP50 = time.Duration(pct(w.lat, 50) * float64(time.Millisecond))
+	res.writeP99 = time.Duration(pct(w.lat, 99) * float64(time.Millisecond))
 	res.writeSpan = time.Since(writeStart)
+	time.Sleep(writeTail)
+	res.writeCPUMs, res.writeAPIMs = ticksMs(cpuTicks(pid)-cpu0), ticksMs(cpuTicks(env.apiPID)-apiCPU0)
 
 	// Drain: until every established watcher saw every write, nothing
 	// arrived for 2 s, or -drain passed.
 	expected := res.writes * int64(res.established)
-	drainEnd := time.Now().Add(wo.drain)
-	lastTotal, lastChange := int64(-1), time.Now()
-	for time.Now().Before(drainEnd) {
-		var total int64
+	drainUntil(wo.drain, 2*time.Second, func() (got, want int64) {
 		for _, st := range stats {
-			total += st.events.Load()
+			got += st.events.Load()
 		}
-		if total >= expected {
-			break
-		}
-		if total != lastTotal {
-			lastTotal, lastChange = total, time.Now()
-		} else if time.Since(lastChange) > 2*time.Second {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return got, expected
+	})
 	res.cpuSec = float64(cpuTicks(pid)-cpu0) / clkTck
 	res.apiCPUSec = float64(cpuTicks(env.apiPID)-apiCPU0) / clkTck
 	res.peakRSS = sampler.Stop()
 	stopWatch()
 	wg.Wait()
 
-	var hist [histBuckets]uint64
+	var lat latencies
 	var last time.Time
-	var maxIdx int
 	for _, st := range stats {
 		res.events += st.events.Load()
 		res.timed += st.timed
-		for i, c := range st.hist {
-			if c > 0 {
-				hist[i] += uint64(c)
-				maxIdx = max(maxIdx, i)
-			}
-		}
+		lat.add(&st.hist)
 		if st.lastRecv.After(last) {
 			last = st.lastRecv
 		}
@@ -918,134 +895,34 @@ func measureFanout(ctx context.Context, env *benchEnv, cfg *rest.Config, pid int
 	if !last.IsZero() {
 		res.deliverSpan = last.Sub(writeStart)
 	}
-	q := func(p float64) time.Duration {
-		if res.timed == 0 {
-			return 0
-		}
-		want := uint64(math.Ceil(p * float64(res.timed)))
-		var acc uint64
-		for i, c := range hist {
-			acc += c
-			if acc >= max(want, 1) {
-				// upper edge of the bucket
-				return time.Duration(math.Pow(histGrowth, float64(i+1)) * float64(time.Microsecond))
-			}
-		}
-		return 0
-	}
-	res.p50, res.p99, res.p999 = q(0.50), q(0.99), q(0.999)
-	if res.timed > 0 {
-		res.maxLat = time.Duration(math.Pow(histGrowth, float64(maxIdx+1)) * float64(time.Microsecond))
-	}
+	res.p50, res.p99, res.p999, res.maxLat = lat.quantile(0.50), lat.quantile(0.99), lat.quantile(0.999), lat.max()
 	return res, nil
 }
 
 // fanoutWatch opens one watch and records every event until the stream
 // ends or ctx is cancelled.
 func fanoutWatch(ctx context.Context, client *http.Client, url string, st *watcherStats, established *atomic.Int64) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := client.Do(req)
+	resp, err := openGet(ctx, client, url)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("%d %s", resp.StatusCode, b)
-	}
 	established.Add(1)
-	br := bufio.NewReaderSize(resp.Body, 16<<10)
-	var line []byte
+	events := newEventReader(resp.Body)
 	for {
-		chunk, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			line = append(line, chunk...)
-			continue
-		}
+		ev, err := events.next()
 		if err != nil {
-			if err == io.EOF {
-				return errors.New("stream ended (EOF)")
-			}
 			return err
 		}
 		now := time.Now()
-		if len(line) > 0 {
-			line = append(line, chunk...)
-			chunk, line = line, line[:0]
-		}
 		st.events.Add(1)
 		st.lastRecv = now
-		if bytes.Contains(chunk[:min(len(chunk), 64)], []byte(`"ERROR"`)) {
-			return fmt.Errorf("ERROR event: %s", chunk[:min(len(chunk), 512)])
+		if err := errorEvent(ev); err != nil {
+			return err
 		}
-		if i := bytes.Index(chunk, writtenAtMarker); i >= 0 {
-			rest := chunk[i+len(writtenAtMarker):]
-			if j := bytes.IndexByte(rest, '"'); j > 0 {
-				if ts, err := strconv.ParseInt(string(rest[:j]), 10, 64); err == nil {
-					st.timed++
-					st.hist[histIndex((now.UnixNano()-ts)/1000)]++
-				}
-			}
+		if ts, ok := stampOf(ev); ok {
+			st.timed++
+			st.hist.record(now, ts)
 		}
 	}
-}
-
-// writeLoop patches the namespace's ConfigMaps round-robin at wo.rate per
-// second for wo.duration, each patch stamping writtenAt with the time it
-// is sent. It returns the successful writes, the ticks dropped because
-// every writer was busy, the failed writes, and each successful write's
-// round trip in ms.
-func writeLoop(ctx context.Context, kc kubernetes.Interface, ns string, wo *watchOptions) (writes, dropped, failed int64, lat []float64) {
-	var w, f atomic.Int64
-	var mu sync.Mutex
-	work := make(chan int)
-	var wg sync.WaitGroup
-	for range max(wo.writers, 1) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				sent := time.Now()
-				patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-					writtenAt: strconv.FormatInt(sent.UnixNano(), 10)}}})
-				if _, err := kc.CoreV1().ConfigMaps(ns).Patch(ctx, fanoutName(i%wo.objects), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-					if f.Add(1) == 1 {
-						fmt.Fprintln(os.Stderr, "bench: write failed:", err)
-					}
-					continue
-				}
-				w.Add(1)
-				d := ms(time.Since(sent))
-				mu.Lock()
-				lat = append(lat, d)
-				mu.Unlock()
-			}
-		}()
-	}
-	interval := time.Second / time.Duration(max(wo.rate, 1))
-	tick := time.NewTicker(interval)
-	end := time.After(wo.duration)
-	n := 0
-loop:
-	for {
-		select {
-		case <-end:
-			break loop
-		case <-tick.C:
-			select {
-			case work <- n:
-				n++
-			default:
-				dropped++
-			}
-		}
-	}
-	tick.Stop()
-	close(work)
-	wg.Wait()
-	return w.Load(), dropped, f.Load(), lat
 }

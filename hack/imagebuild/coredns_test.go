@@ -93,6 +93,7 @@ func TestCorefile(t *testing.T) {
 	waitHTTP(t, "http://127.0.0.1:"+healthPort+"/health", exited, logPath)
 
 	dns := "127.0.0.1:" + dnsPort
+	waitDNS(t, dns, exited, logPath)
 	ip := func(s string) netip.Addr { return netip.MustParseAddr(s) }
 	for _, c := range []struct {
 		name   string
@@ -213,6 +214,41 @@ func waitHTTP(t *testing.T, url string, exited <-chan struct{}, logPath string) 
 		if time.Now().After(deadline) {
 			t.Fatalf("%s not OK after a minute (last: %v); coredns log:\n%s", url, err, controlplane.LogTail(logPath, 40))
 		}
+	}
+}
+
+// waitDNS waits until the server answers on UDP: CoreDNS serves /ready
+// and /health from its startup hooks, before its DNS listeners are open,
+// so a query right after /ready was refused once in CI.
+func waitDNS(t *testing.T, server string, exited <-chan struct{}, logPath string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		conn, err := net.Dial("udp", server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(time.Second))
+		// A header-only message: any answer (FORMERR included) means the
+		// listener is up; "connection refused" means it is not yet.
+		_, err = conn.Write(make([]byte, 12))
+		if err == nil {
+			_, err = conn.Read(make([]byte, 512))
+		}
+		conn.Close()
+		if err == nil {
+			return
+		}
+		select {
+		case <-exited:
+			deadline = time.Time{}
+		default:
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(logPath)
+			t.Fatalf("CoreDNS does not answer on %s: %v\n%s", server, err, log)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

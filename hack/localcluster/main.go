@@ -38,7 +38,7 @@ func run() error {
 	port := flag.Int("port", 6443, "apiserver secure port on 127.0.0.1 (0 picks a free one; 6443 falls back to a free port when taken)")
 	dir := flag.String("dir", "", "working directory (default: a temporary directory, removed on exit)")
 	cacheServer := flag.String("cache-server", "", "cache-server binary (default: cache-server next to this binary, else built with go build into the working directory)")
-	profileName := flag.String("profile", "demo", "CacheProfile name: the tier is served at /apis/<profile>.cache.cachetier.io/v1alpha1")
+	profileName := flag.String("profile", "demo", "CacheProfile name: the tier is read through /apis/<profile>.cache.cachetier.io/v1alpha1/watch (internal/aggpath)")
 	noTier := flag.Bool("no-tier", false, "start the control plane only (no sample data, no tier)")
 	verbosity := flag.Int("v", 0, "cache-server log verbosity")
 	fleetShards := flag.Int("fleet", 0, "run the tier as a fleet: this many `cache-server shard` processes and a `cache-server front` (0: one `cache-server standalone`)")
@@ -133,7 +133,7 @@ Press Ctrl-C to stop; everything is torn down.
 	} else if tier, err = tierproc.Start(ctx, cp, tierOpts); err != nil {
 		return fmt.Errorf("start the tier: %w", err)
 	}
-	fmt.Printf("tier %s serving at %s, registered as APIService v1alpha1.%s (%s)\n", binary, tier.DirectURL, tier.Group, time.Since(start).Round(time.Millisecond))
+	fmt.Printf("tier %s serving at %s, registered as APIService v1alpha1.%s (%s)\n", binary, tier.DirectURL, tier.Paths.Group, time.Since(start).Round(time.Millisecond))
 
 	tierKubeconfig := filepath.Join(outDir, "kubeconfig-tier")
 	if err := tier.AggregatedKubeconfig(cp.AdminKubeconfig, tierKubeconfig); err != nil {
@@ -175,8 +175,8 @@ Try (the same commands work with the apiserver kubeconfig, for comparison):
 
 Press Ctrl-C to stop; the tier and the control plane are torn down.
 `, cp.URL, cp.ServiceClusterIPRange, tier.AggregatedURL, tier.DirectURL, tier.ServerName, profileCopy, cp.Dir, tier.Log,
-		kubeconfig, tierKubeconfig, tier.Prefix, directKubeconfig,
-		k(tierKubeconfig), k(directKubeconfig), k(kubeconfig), tier.Group)
+		kubeconfig, tierKubeconfig, tier.Paths.Prefix, directKubeconfig,
+		k(tierKubeconfig), k(directKubeconfig), k(kubeconfig), tier.Paths.Group)
 
 	select {
 	case <-ctx.Done():

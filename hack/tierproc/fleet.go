@@ -105,7 +105,7 @@ func StartFleet(ctx context.Context, cp *controlplane.ControlPlane, opts FleetOp
 	f.FrontMetricsURL = "http://" + frontMetrics
 	exited, log, err := cp.StartProcess("front-"+opts.Profile, opts.Binary, "front",
 		"--profile="+t.ProfileFile, "--topology="+topoFile, "--kubeconfig="+cp.AdminKubeconfig,
-		"--api-group="+t.Group, "--listen="+net.JoinHostPort(t.ClusterIP, strconv.Itoa(t.Port)),
+		"--api-group="+t.Paths.Group, "--listen="+net.JoinHostPort(t.ClusterIP, strconv.Itoa(t.Port)),
 		"--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile, "--shard-ca-file="+caFile,
 		"--metrics-listen="+frontMetrics, "-v="+strconv.Itoa(opts.Verbosity))
 	if err != nil {

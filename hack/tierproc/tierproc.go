@@ -24,6 +24,7 @@ import (
 
 	"github.com/cachetier/cachetier/api/v1alpha1"
 	"github.com/cachetier/cachetier/hack/controlplane"
+	"github.com/cachetier/cachetier/internal/aggpath"
 )
 
 // Build compiles the cache-server binary to out (go build from the
@@ -45,7 +46,7 @@ func Build(ctx context.Context, out string) error {
 type Options struct {
 	// Binary is the cache-server executable.
 	Binary string
-	// Profile names the CacheProfile (API group <profile>.cache.cachetier.io).
+	// Profile names the CacheProfile (aggpath.For(Profile) its paths).
 	Profile string
 	Spec    v1alpha1.CacheProfileSpec
 	// Namespace and ServiceName of the Service the APIService points at
@@ -61,9 +62,10 @@ type Options struct {
 
 // Tier is a running, registered tier process.
 type Tier struct {
-	Profile   string
-	Group     string // <profile>.cache.cachetier.io
-	Prefix    string // /apis/<group>/v1alpha1
+	Profile string
+	// Paths are the profile's aggregated paths (group, the group-version's
+	// path, and the prefix users read through).
+	Paths     aggpath.Paths
 	ClusterIP string
 	Port      int
 	// DirectURL reaches the process itself (https://<ClusterIP>:<port>);
@@ -72,9 +74,15 @@ type Tier struct {
 	DirectCA  []byte
 	// ServerName is the Service DNS name in the serving certificate.
 	ServerName string
-	// AggregatedURL is the apiserver URL plus Prefix: a kubeconfig with
-	// this server URL reaches the tier through the aggregation layer.
+	// AggregatedURL is the apiserver URL plus Paths.Prefix (what the
+	// operator puts in status.serverURL): a kubeconfig with this server URL
+	// reaches the tier through the aggregation layer, and the apiserver
+	// treats every request through it as long-running.
 	AggregatedURL string
+	// RootURL is the apiserver URL plus Paths.Root, the server URL of the
+	// first releases: it reaches the tier too, but the apiserver cuts its
+	// watches at its --request-timeout.
+	RootURL string
 	// ProfileFile is the manifest the process was started with; Log its
 	// output.
 	ProfileFile, Log string
@@ -126,7 +134,7 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*T
 // aggregator send the profile's group to the process.
 func (t *Tier) register(ctx context.Context, opts Options) error {
 	return t.cp.RegisterAPIService(ctx, controlplane.APIServiceRegistration{
-		Group: t.Group, Version: "v1alpha1", Namespace: opts.Namespace, ServiceName: opts.ServiceName,
+		Group: t.Paths.Group, Version: v1alpha1.AggregatedAPIVersion, Namespace: opts.Namespace, ServiceName: opts.ServiceName,
 		ClusterIP: t.ClusterIP, Port: int32(t.Port), CABundle: t.DirectCA,
 	})
 }
@@ -159,12 +167,12 @@ func withDefaults(opts Options) Options {
 // newTier computes where a tier of opts is reached.
 func newTier(cp *controlplane.ControlPlane, opts Options) *Tier {
 	t := &Tier{
-		Profile: opts.Profile, Group: opts.Profile + ".cache.cachetier.io",
+		Profile: opts.Profile, Paths: aggpath.For(opts.Profile),
 		ClusterIP: cp.ServiceIP(opts.ServiceIPIndex), Port: opts.Port,
 		ServerName: opts.ServiceName + "." + opts.Namespace + ".svc", cp: cp,
 	}
-	t.Prefix = "/apis/" + t.Group + "/v1alpha1"
-	t.AggregatedURL = cp.URL + t.Prefix
+	t.AggregatedURL = t.Paths.ServerURL(cp.URL)
+	t.RootURL = t.Paths.RootServerURL(cp.URL)
 	t.DirectURL = "https://" + net.JoinHostPort(t.ClusterIP, strconv.Itoa(t.Port))
 	return t
 }
@@ -222,6 +230,13 @@ func (t *Tier) probe(path string) string {
 // unchanged, with the user's own identity.
 func (t *Tier) AggregatedKubeconfig(kubeconfig, out string) error {
 	return controlplane.RewriteKubeconfig(kubeconfig, out, t.AggregatedURL, nil, "")
+}
+
+// RootKubeconfig is AggregatedKubeconfig with the server URL of the first
+// releases (RootURL), whose watches the apiserver cuts at its request
+// timeout.
+func (t *Tier) RootKubeconfig(kubeconfig, out string) error {
+	return controlplane.RewriteKubeconfig(kubeconfig, out, t.RootURL, nil, "")
 }
 
 // DirectKubeconfig rewrites kubeconfig to talk to the tier process itself

@@ -13,10 +13,12 @@ import (
 )
 
 // TestAggregatedAdmin: kubectl with a kubeconfig whose server URL is
-// https://<apiserver>/apis/agg.cache.cachetier.io/v1alpha1 reaches the tier
-// process through the real aggregator and answers as the apiserver does.
+// https://<apiserver>/apis/agg.cache.cachetier.io/v1alpha1/watch (what
+// status.serverURL holds) reaches the tier process through the real
+// aggregator and answers as the apiserver does; so does the server URL of
+// the first releases, without /watch.
 func TestAggregatedAdmin(t *testing.T) {
-	if !strings.HasSuffix(aggURL(t, aggKubeconfig), "/apis/"+aggProfile+".cache.cachetier.io/v1alpha1") {
+	if !strings.HasSuffix(aggURL(t, aggKubeconfig), "/apis/"+aggProfile+".cache.cachetier.io/v1alpha1/watch") {
 		t.Fatalf("aggregated kubeconfig server URL does not end in the profile's prefix")
 	}
 	for _, c := range getCases {
@@ -36,7 +38,7 @@ func TestAggregatedAdmin(t *testing.T) {
 		}
 		n := 0
 		for _, m := range pageRequest.FindAllStringSubmatch(r.stderr, -1) {
-			if !strings.Contains(m[0], "/apis/"+aggProfile+".cache.cachetier.io/v1alpha1/api/v1/configmaps?") {
+			if !strings.Contains(m[0], "/apis/"+aggProfile+".cache.cachetier.io/v1alpha1/watch/api/v1/configmaps?") {
 				t.Fatalf("page request not under the aggregated prefix: %s", m[0])
 			}
 			n++
@@ -51,13 +53,28 @@ func TestAggregatedAdmin(t *testing.T) {
 			t.Fatalf("want the tier's read-only refusal through the aggregator, got %s", r)
 		}
 	})
+	// Existing kubeconfigs keep working (their watches are cut at the
+	// apiserver's request timeout: TestWatchOutlivesRequestTimeout).
+	t.Run("server URL without /watch", func(t *testing.T) {
+		root := filepath.Join(env.CP.Dir, "kubeconfig-admin-aggregated-root")
+		noErr(t, agg.RootKubeconfig(env.CP.AdminKubeconfig, root))
+		if !strings.HasSuffix(aggURL(t, root), "/apis/"+aggProfile+".cache.cachetier.io/v1alpha1") {
+			t.Fatalf("root kubeconfig server URL %s", aggURL(t, root))
+		}
+		for _, c := range getCases {
+			t.Run(c.name, func(t *testing.T) {
+				compareJSON(t, root, c.args...)
+			})
+		}
+	})
 }
 
 // TestAggregatedRBAC: a non-admin user reads through the aggregator exactly
 // what RBAC lets them read from the apiserver, and gets the same 403 for the
 // rest (decided by the tier's SubjectAccessReview). The aggregator first
-// authorizes the aggregated path itself (as resource "api" of the profile's
-// group), so the user also needs read access to that group.
+// authorizes the aggregated path itself: below status.serverURL's prefix as
+// verb watch on resource "api" of the profile's group, so the user also
+// needs watch on that group (and nothing more of it).
 func TestAggregatedRBAC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -82,10 +99,11 @@ func TestAggregatedRBAC(t *testing.T) {
 		}, metav1.CreateOptions{})
 		create(err)
 	}
-	// Only carol may use the aggregated path.
+	// Only carol may use the aggregated path, with the one verb the
+	// apiserver checks for it.
 	_, err = kc.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "cachetier-" + aggProfile + "-reader"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{group}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}}},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{group}, Resources: []string{"*"}, Verbs: []string{"watch"}}},
 	}, metav1.CreateOptions{})
 	create(err)
 	_, err = kc.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
@@ -164,6 +182,18 @@ func TestAggregatedRBAC(t *testing.T) {
 			t.Fatalf("dave through the aggregator: want forbidden, got %s", r)
 		}
 		t.Logf("dave: %s", strings.TrimSpace(r.stderr))
+	})
+	t.Run("the group-version's own path needs get and list", func(t *testing.T) {
+		// Below it the apiserver sees get (list for /api, /apis) of
+		// resource api: carol's watch does not open it. (--raw: kubectl's
+		// discovery prints such a 403 as "unknown".)
+		carolRoot := filepath.Join(env.CP.Dir, "kubeconfig-carol-aggregated-root")
+		create(agg.RootKubeconfig(carolDirect, carolRoot))
+		r := kubectl(t, carolRoot, "get", "--raw", "/api/v1/namespaces/ns-1/configmaps")
+		if r.err == nil || !strings.Contains(r.stderr, `cannot get resource "api/namespaces" in API group "`+group+`"`) {
+			t.Fatalf("carol below the group-version's path: want the apiserver's 403 for get of api/namespaces, got %s", r)
+		}
+		t.Logf("carol (watch only) below the group-version's path: %s", strings.TrimSpace(r.stderr))
 	})
 }
 

@@ -15,7 +15,7 @@ import (
 // through it answers as the apiserver does, paginated and not, and the
 // probe and metrics ports answer.
 func TestFleetAggregated(t *testing.T) {
-	if !strings.HasSuffix(aggURL(t, fleetKubeconfig), "/apis/"+fleetProfile+".cache.cachetier.io/v1alpha1") {
+	if !strings.HasSuffix(aggURL(t, fleetKubeconfig), "/apis/"+fleetProfile+".cache.cachetier.io/v1alpha1/watch") {
 		t.Fatalf("fleet kubeconfig server URL does not end in the profile's prefix")
 	}
 	for _, c := range getCases {

@@ -61,6 +61,10 @@ func run(m *testing.M) int {
 
 	env, err = tiertest.Start(ctx, tiertest.Options{
 		Spec: profile(), ServiceClusterIPRange: "127.79.0.0/24",
+		// Short, so that TestWatchOutlivesRequestTimeout shows in about a
+		// minute what the default (60 s) would take minutes to; no other
+		// request here comes near it.
+		ExtraAPIServerFlags: []string{"--request-timeout=" + requestTimeout.String()},
 		Seed: func(ctx context.Context, admin *rest.Config) error {
 			return sampledata.Seed(ctx, admin, sampledata.Default())
 		},

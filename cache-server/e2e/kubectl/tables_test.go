@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +28,7 @@ import (
 	"github.com/cachetier/cachetier/api/v1alpha1"
 	"github.com/cachetier/cachetier/cache-server/internal/tables"
 	"github.com/cachetier/cachetier/controllers"
+	"github.com/cachetier/cachetier/hack/bgcmd"
 	"github.com/cachetier/cachetier/hack/sampledata"
 )
 
@@ -352,40 +351,21 @@ func TestKubectlTablesPodPrinter(t *testing.T) {
 	}
 }
 
-// watchOutput runs `kubectl get -w` until done(output) or the deadline,
-// then stops it and returns what it printed.
+// watchRun is a running `kubectl get -w`.
 type watchRun struct {
-	cmd *exec.Cmd
-	mu  sync.Mutex
-	out bytes.Buffer
-	err bytes.Buffer
+	*bgcmd.Cmd
 }
 
-func (w *watchRun) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.out.Write(p)
-}
-
-func (w *watchRun) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.out.String()
-}
+func (w *watchRun) String() string { return w.Stdout.String() }
 
 func startWatch(t *testing.T, kubeconfig string, args ...string) *watchRun {
 	t.Helper()
-	w := &watchRun{}
-	w.cmd = exec.Command(env.CP.Kubectl(), append([]string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + t.TempDir()}, args...)...)
-	w.cmd.Stdout, w.cmd.Stderr = w, &w.err
-	if err := w.cmd.Start(); err != nil {
+	c, err := bgcmd.Start(env.CP.Kubectl(), append([]string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + t.TempDir()}, args...)...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = w.cmd.Process.Kill()
-		_ = w.cmd.Wait()
-	})
-	return w
+	t.Cleanup(c.Stop)
+	return &watchRun{c}
 }
 
 func waitLines(t *testing.T, w *watchRun, n int) string {
@@ -397,7 +377,7 @@ func waitLines(t *testing.T, w *watchRun, n int) string {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("kubectl %v printed %d lines in 30s, want %d:\n%s\nstderr:\n%s", w.cmd.Args, strings.Count(w.String(), "\n"), n, w.String(), w.err.String())
+	t.Fatalf("kubectl %v printed %d lines in 30s, want %d:\n%s\nstderr:\n%s", w.Args, strings.Count(w.String(), "\n"), n, w.String(), w.Stderr.String())
 	return ""
 }
 

@@ -23,7 +23,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -41,14 +40,32 @@ import (
 	"k8s.io/apiserver/pkg/server/options"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+
+	"github.com/cachetier/cachetier/internal/aggpath"
 )
+
+// ClientFor is the client for the TokenReviews and SubjectAccessReviews
+// of the chain: cfg with k8s.io/apiserver's delegated-auth limits (QPS
+// 200, burst 400; options.DelegatingAuthorizationOptions). client-go's
+// default of 5 QPS made the answers to distinct callers queue behind each
+// other: every kubelet is its own user and every node-scoped read its
+// own authorization (the field selector is one of its attributes), so
+// 2,000 node watchers took minutes to open.
+func ClientFor(cfg *rest.Config) (kubernetes.Interface, error) {
+	c := rest.CopyConfig(cfg)
+	c.QPS, c.Burst = 200, 400
+	return kubernetes.NewForConfig(c)
+}
 
 // Options configure the delegated auth chain.
 type Options struct {
+	// Client sends the TokenReviews and SubjectAccessReviews; build it
+	// with ClientFor.
 	Client kubernetes.Interface
-	// PathPrefix is stripped before the request is classified for
-	// authorization (see front.Options.PathPrefix).
-	PathPrefix string
+	// Paths are the profile's aggregated paths: a request below one is
+	// authorized as the Kubernetes path below it (see front.Options.Paths).
+	Paths aggpath.Paths
 	// AlwaysAllowPaths skip authentication and authorization (probes).
 	AlwaysAllowPaths []string
 	// CacheTTL for TokenReview and SubjectAccessReview answers.
@@ -128,7 +145,7 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 	if err != nil {
 		return nil, 0, fmt.Errorf("build authorizer: %w", err)
 	}
-	resolver := &prefixResolver{prefix: opts.PathPrefix, factory: &request.RequestInfoFactory{
+	resolver := &prefixResolver{paths: opts.Paths, factory: &request.RequestInfoFactory{
 		APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api"),
 	}}
 	h := chain(handler, authn, authz, rh, resolver, opts)
@@ -155,16 +172,18 @@ func chain(handler http.Handler, authn authenticator.Request, authz authorizer.A
 }
 
 // prefixResolver classifies the request as the resource it reads: a GET of
-// /apis/<profile>.cache.cachetier.io/v1alpha1/api/v1/pods is "list pods".
+// /apis/<profile>.cache.cachetier.io/v1alpha1/watch/api/v1/pods is "list
+// pods". The group-version's own path (the aggregator's discovery) keeps its
+// classification, a non-resource URL.
 type prefixResolver struct {
-	prefix  string
+	paths   aggpath.Paths
 	factory *request.RequestInfoFactory
 }
 
 func (p *prefixResolver) NewRequestInfo(r *http.Request) (*request.RequestInfo, error) {
-	if p.prefix != "" && strings.HasPrefix(r.URL.Path, p.prefix+"/") {
+	if rest, under := p.paths.Strip(r.URL.Path); under != "" && rest != "" {
 		r2 := r.Clone(r.Context())
-		r2.URL.Path = strings.TrimPrefix(r.URL.Path, p.prefix)
+		r2.URL.Path = rest
 		return p.factory.NewRequestInfo(r2)
 	}
 	return p.factory.NewRequestInfo(r)

@@ -197,6 +197,7 @@ func (s *Source) Scan(req store.ListRequest, fn func(*store.Object) bool) (uint6
 func (s *Source) openAll(ctx context.Context, req store.ListRequest, rv uint64, step int64, need func() int64) (*merger, error) {
 	q := s.query("rv", strconv.FormatUint(rv, 10), "namespace", req.Namespace, "after", req.StartKeyExclusive,
 		"labelSelector", req.Selector.Label, "fieldSelector", req.Selector.Field)
+	shardwire.SetIndex(q, req.Index, req.ContinueByIndex)
 	if step > 0 {
 		q.Set("limit", strconv.FormatInt(step, 10))
 	}

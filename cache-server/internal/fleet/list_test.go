@@ -56,11 +56,17 @@ func newListFixture(t testing.TB, n int, objs []*store.Object) *listFixture {
 // newListFixtureCompressing is newListFixture; with plain no shard
 // compresses its answers.
 func newListFixtureCompressing(t testing.TB, n int, objs []*store.Object, plain bool) *listFixture {
+	return newListFixtureIndexed(t, n, objs, plain, nil)
+}
+
+// newListFixtureIndexed is newListFixtureCompressing with stores that
+// index the given fields.
+func newListFixtureIndexed(t testing.TB, n int, objs []*store.Object, plain bool, indexes []string) *listFixture {
 	t.Helper()
 	const hashShards = 16
 	f := &listFixture{compress: map[*store.Store]bool{}, pools: shardwire.NewPools()}
 	newStore := func() *store.Store {
-		st, err := store.New(store.Options{Shards: hashShards})
+		st, err := store.New(store.Options{Shards: hashShards, Indexes: indexes})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +195,12 @@ func (c listCase) request() store.ListRequest {
 // reference store's page; it returns the pages read.
 func (f *listFixture) walk(t *testing.T, c listCase, read func(store.ListRequest) (store.ListResult, error)) int {
 	t.Helper()
-	req := c.request()
+	return f.walkRequest(t, c, c.request(), read)
+}
+
+// walkRequest is walk from a request (c names it in failures).
+func (f *listFixture) walkRequest(t *testing.T, c any, req store.ListRequest, read func(store.ListRequest) (store.ListResult, error)) int {
+	t.Helper()
 	pages := 0
 	for {
 		want, err := f.all.List(req)
@@ -219,6 +230,9 @@ func (f *listFixture) walk(t *testing.T, c listCase, read func(store.ListRequest
 		}
 		req.StartKeyExclusive = want.ContinueKey
 		req.RemainingAfterStart = want.RemainingItemCount
+		// A continue page is an exact read: never the apiserver's index
+		// rule (listparams.Request.ListIndex).
+		req.ContinueByIndex = false
 	}
 }
 

@@ -70,7 +70,7 @@ func NewSource(opts Options) *Source {
 		starts: make([]uint64, n), wm: make([]uint64, n), queues: make([][]store.Event, n), streaming: make([]string, n),
 	}
 	s.hub = watch.New(watch.Options{
-		Resource: s.label, Store: s, Metrics: opts.Metrics, Log: opts.Log,
+		Resource: s.label, Store: s, FieldIndexes: opts.Entry.FieldIndexes, Metrics: opts.Metrics, Log: opts.Log,
 		HistoryWindow: opts.HistoryWindow, PrevIncluded: true,
 	})
 	return s

@@ -14,6 +14,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -102,6 +103,7 @@ func benchObjects(n, size int) [][]byte {
 
 type benchTier struct {
 	srv      *Server
+	metrics  *metrics.Metrics
 	ing      *upstream.Ingester
 	apiURL   string
 	jsonSize int
@@ -120,16 +122,38 @@ func newBenchTier(tb testing.TB, objs [][]byte) *benchTier {
 // withHub adds the watch hub standalone wires in, so the Server serves
 // watches too.
 func newBenchTierFields(tb testing.TB, objs [][]byte, withFields, withHub bool) *benchTier {
+	return newBenchTierOf(tb, objs, configMapsResource, withFields, withHub)
+}
+
+// benchResource is the resource a bench tier caches.
+type benchResource struct {
+	resource, kind string
+	// indexes are the profile's fieldIndexes (nil: none); the apiserver's
+	// own are added as catalog.Resolve does, unless noIndexes.
+	indexes   []string
+	noIndexes bool
+}
+
+var configMapsResource = benchResource{resource: "configmaps", kind: "ConfigMap"}
+
+// newBenchTierOf is newBenchTierFields for a resource of the core group.
+func newBenchTierOf(tb testing.TB, objs [][]byte, br benchResource, withFields, withHub bool) *benchTier {
 	tb.Helper()
 	api := &fakeAPIServer{objs: objs, rv: uint64(1000 + len(objs))}
 	hs := httptest.NewServer(api)
-	gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	res := upstream.Resource{GVR: gvr, Kind: "ConfigMap", Namespaced: true}
-	fr, err := fields.New(fields.Spec{GVR: gvr, Kind: "ConfigMap", Namespaced: true})
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: br.resource}
+	res := upstream.Resource{GVR: gvr, Kind: br.kind, Namespaced: true}
+	fr, err := fields.New(fields.Spec{GVR: gvr, Kind: br.kind, Namespaced: true})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	st, err := store.New(store.Options{Shards: 4, HistoryWindow: 150 * time.Second})
+	indexes := br.indexes
+	for _, f := range fr.APIServerIndexes() {
+		if !br.noIndexes && !slices.Contains(indexes, f) {
+			indexes = append(indexes, f)
+		}
+	}
+	st, err := store.New(store.Options{Shards: 4, HistoryWindow: 150 * time.Second, Indexes: indexes})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -151,7 +175,7 @@ func newBenchTierFields(tb testing.TB, objs [][]byte, withFields, withHub bool) 
 	}
 	var hub *watch.Hub
 	if withHub {
-		hub = watch.New(watch.Options{Resource: "configmaps", Store: st, Metrics: m, Log: logr.Discard()})
+		hub = watch.New(watch.Options{Resource: br.resource, Store: st, Metrics: m, Log: logr.Discard()})
 		opts.OnEvents, opts.OnRelist, opts.OnProgress = hub.Publish, hub.Relist, hub.Progress
 	}
 	ing := upstream.New(opts)
@@ -159,15 +183,16 @@ func newBenchTierFields(tb testing.TB, objs [][]byte, withFields, withHub bool) 
 	go ing.Run(ctx)
 	select {
 	case <-ing.Synced():
-	case <-time.After(60 * time.Second):
+	case <-time.After(5 * time.Minute): // 50k pods on a loaded machine
 		tb.Fatal("ingester did not sync")
 	}
 	srv := New(Options{
 		Resources: []Resource{{
 			Entry: catalog.Entry{
-				Resource:    res,
-				APIResource: metav1.APIResource{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: []string{"get", "list", "watch"}},
-				Fields:      fr,
+				Resource:     res,
+				APIResource:  metav1.APIResource{Name: br.resource, Kind: br.kind, Namespaced: true, Verbs: []string{"get", "list", "watch"}},
+				Fields:       fr,
+				FieldIndexes: indexes,
 			},
 			Source: LocalSource{Ingester: ing},
 			Hub:    hub,
@@ -186,7 +211,7 @@ func newBenchTierFields(tb testing.TB, objs [][]byte, withFields, withHub bool) 
 		hs.CloseClientConnections()
 		hs.Close()
 	}
-	return &benchTier{srv: srv, ing: ing, apiURL: hs.URL, jsonSize: size / max(len(objs), 1), stop: stop}
+	return &benchTier{srv: srv, metrics: m, ing: ing, apiURL: hs.URL, jsonSize: size / max(len(objs), 1), stop: stop}
 }
 
 // get serves one request into rec (whose Body buffer is reused).

@@ -80,6 +80,10 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource
 	if p.ContinueKey != "" && p.ContinueRemaining >= 0 && snapshotRV != 0 {
 		req.RemainingAfterStart = &p.ContinueRemaining
 	}
+	req.Index, req.ContinueByIndex = p.ListIndex(res.Entry.FieldIndexes, res.Entry.Fields.APIServerIndexes(), !res.Source.UpstreamUncached())
+	if req.Index.Field != "" {
+		s.opts.Metrics.IndexedLists.WithLabelValues(res.label, req.Index.Field).Inc()
+	}
 	if st, ok := res.Source.(ItemStreamer); ok && enc == encJSON {
 		return s.streamList(w, r, res, st, req, listRead{ns: ns, continueKey: p.ContinueKey, errEnc: errEnc})
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/tables"
 	"github.com/cachetier/cachetier/cache-server/internal/watch"
+	"github.com/cachetier/cachetier/internal/aggpath"
 )
 
 // Resource is one cached resource as the front serves it.
@@ -52,11 +53,11 @@ type Options struct {
 	// FreshnessTimeout bounds a consistent read's wait for the cache
 	// (504 after it, as the apiserver's watch cache does after 3s).
 	FreshnessTimeout time.Duration
-	// PathPrefix is the aggregated API path the front is also reachable
-	// under (/apis/<profile>.cache.cachetier.io/v1alpha1); requests below it
-	// are served as if the prefix were absent, so a kubeconfig whose server
-	// URL ends in it works unchanged.
-	PathPrefix string
+	// Paths are the profile's aggregated paths (package aggpath): requests
+	// below Paths.Prefix or Paths.Root are served as if the prefix were
+	// absent, so a kubeconfig whose server URL ends in one works unchanged.
+	// Zero: the front is served at its root only.
+	Paths aggpath.Paths
 	// Version is what /version reports: the upstream apiserver's.
 	Version *version.Info
 	// OpenAPI serves /openapi/v2, /openapi/v3 and /openapi/v3/<gv>
@@ -143,6 +144,9 @@ func New(opts Options) *Server {
 		for _, result := range []string{"hit", "miss"} {
 			opts.Metrics.ListGzipChunks.WithLabelValues(res.label, result)
 		}
+		for _, field := range r.Entry.FieldIndexes {
+			opts.Metrics.IndexedLists.WithLabelValues(res.label, field)
+		}
 		// The series exists from the start (at 0): dashboards and alerts
 		// see "no errors", not "no data".
 		tableErrors := opts.Metrics.TableErrors.WithLabelValues(res.label)
@@ -160,20 +164,16 @@ func New(opts Options) *Server {
 // ServeHTTP routes a request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	path := r.URL.Path
-	prefix := ""
-	if p := s.opts.PathPrefix; p != "" && strings.HasPrefix(path, p) && (len(path) == len(p) || path[len(p)] == '/') {
-		path, prefix = path[len(p):], p
-		if path == "" || path == "/" {
-			// The aggregator's own discovery of our group/version: the
-			// profile's API group has no resources of its own, everything is
-			// served below it under the ordinary Kubernetes paths.
-			writeJSON(w, http.StatusOK, metav1.APIResourceList{
-				TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
-				GroupVersion: strings.TrimPrefix(strings.Trim(p, "/"), "apis/"), APIResources: []metav1.APIResource{},
-			})
-			return
-		}
+	path, prefix := s.opts.Paths.Strip(r.URL.Path)
+	if prefix == s.opts.Paths.Root && prefix != "" && (path == "" || path == "/") {
+		// The aggregator's own discovery of our group/version: the
+		// profile's API group has no resources of its own, everything is
+		// served below it under the ordinary Kubernetes paths.
+		writeJSON(w, http.StatusOK, metav1.APIResourceList{
+			TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
+			GroupVersion: s.opts.Paths.GroupVersion(), APIResources: []metav1.APIResource{},
+		})
+		return
 	}
 	if strings.HasPrefix(path, "/openapi/") && s.opts.OpenAPI != nil {
 		s.opts.OpenAPI.ServeOpenAPI(w, r, path, prefix)

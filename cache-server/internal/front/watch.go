@@ -87,10 +87,14 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resourc
 		handlerDone = true
 		rcMu.Unlock()
 	}()
+	// A selector that pins an indexed field (a kubelet's
+	// spec.nodeName=<node>) reads only its value's events.
+	index, _ := p.IndexValue(res.Entry.FieldIndexes)
 	wreq := watch.Request{
 		Namespace:      ns,
 		Match:          p.Matcher(),
 		Selector:       p.SelectorText(),
+		Index:          index,
 		AllowBookmarks: p.AllowWatchBookmarks,
 		Deadline:       deadline,
 		OnTerminate: func() {

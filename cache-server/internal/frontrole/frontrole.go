@@ -20,6 +20,7 @@ import (
 
 	"github.com/cachetier/cachetier/api/topology"
 	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/cache-server/internal/auth"
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
 	"github.com/cachetier/cachetier/cache-server/internal/fleet"
 	"github.com/cachetier/cachetier/cache-server/internal/front"
@@ -28,6 +29,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/standalone"
 	"github.com/cachetier/cachetier/cache-server/internal/tables"
 	"github.com/cachetier/cachetier/cache-server/internal/upstreamhttp"
+	"github.com/cachetier/cachetier/internal/aggpath"
 )
 
 // Config is one front.
@@ -84,6 +86,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	authClient, err := auth.ClientFor(upstreamCfg)
+	if err != nil {
+		return err
+	}
 	client := fleet.NewClient(cfg.ShardClient, cfg.Topology, m)
 	crds, err := apiextensionsclient.NewForConfig(upstreamCfg)
 	if err != nil {
@@ -99,13 +105,13 @@ func Run(ctx context.Context, cfg Config) error {
 		resources = append(resources, front.Resource{Entry: e, Source: src, Hub: src.Hub(), Printer: printers[i]})
 	}
 	cfg.Log.Info("front", "shards", len(cfg.Topology.Shards), "hashShards", settings.HashShards, "resources", len(resources))
-	prefix := standalone.PathPrefix(cfg.ProfileName)
+	paths := aggpath.For(cfg.ProfileName)
 	docs, err := standalone.StartOpenAPI(ctx, cfg.ProfileName, cfg.Upstream, resources, m, cfg.Log)
 	if err != nil {
 		return err
 	}
 	api := front.New(front.Options{
-		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, PathPrefix: prefix,
+		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, Paths: paths,
 		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, OpenAPI: docs,
 	})
 	if cfg.ProbeListener != nil {
@@ -121,7 +127,7 @@ func Run(ctx context.Context, cfg Config) error {
 		})
 	}
 	return serving.Run(ctx, serving.Config{
-		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: kc, PathPrefix: prefix,
+		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: authClient, Paths: paths,
 		API: api, Registry: reg, Metrics: m, Profiling: cfg.Profiling, Log: cfg.Log,
 		GoawayChance: cfg.GoawayChance,
 		BeforeShutdown: func() {

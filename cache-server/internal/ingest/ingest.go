@@ -85,12 +85,12 @@ func Start(ctx context.Context, cfg Config) (*Result, error) {
 	released := memrelease.New(time.Second, cfg.Log, cfg.Metrics.MemoryReleased)
 	res := &Result{Client: kc, Version: ver}
 	for _, e := range entries {
-		st, err := store.New(store.Options{Shards: cfg.HashShards, HistoryWindow: cfg.HistoryWindow})
+		st, err := store.New(store.Options{Shards: cfg.HashShards, HistoryWindow: cfg.HistoryWindow, Indexes: e.FieldIndexes})
 		if err != nil {
 			return nil, err
 		}
 		hub := watch.New(watch.Options{
-			Resource: e.Resource.String(), Store: st, Metrics: cfg.Metrics, Log: cfg.Log,
+			Resource: e.Resource.String(), Store: st, FieldIndexes: e.FieldIndexes, Metrics: cfg.Metrics, Log: cfg.Log,
 			HistoryWindow: cfg.HistoryWindow,
 		})
 		ing := upstream.New(upstream.Options{
@@ -151,6 +151,7 @@ func reportShardStats(ctx context.Context, resources []Resource, m *metrics.Metr
 				m.ShardBytes.WithLabelValues(label, shard).Set(float64(s.Bytes))
 				m.ShardAppliedRV.WithLabelValues(label, shard).Set(float64(s.AppliedRV))
 			}
+			reportIndexStats(label, r.Ingester.Store(), m)
 		}
 		select {
 		case <-ctx.Done():

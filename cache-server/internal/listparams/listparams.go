@@ -338,6 +338,30 @@ func (r *Request) IndexValue(indexed []string) (iv store.IndexValue, ok bool) {
 	return store.IndexValue{}, false
 }
 
+// ListIndex is the index a LIST reads through and the continuation rule
+// of its page (store.ListRequest.Index and ContinueByIndex), decided as
+// kube-apiserver's watch cache decides whether to answer from its own
+// index (watch_cache.go waitUntilFreshAndList): a first page (no continue
+// token) of a consistent, resourceVersion=0 or NotOlderThan read whose
+// field selector pins one of apiserverIndexes (the resource's
+// Fields.APIServerIndexes) is read from that index there, and continues
+// only if more objects with that value follow. Exact reads (Exact, a limit
+// with a resourceVersion and no match, continue pages) come from a
+// snapshot without the index, and a resource the apiserver serves without
+// a watch cache (apiserverCaches false) from etcd: a page continues when
+// any object follows. Those — and selectors that pin only a field the
+// profile indexes (fieldIndexes) — still read through the tier's index,
+// with that scan rule.
+func (r *Request) ListIndex(fieldIndexes, apiserverIndexes []string, apiserverCaches bool) (iv store.IndexValue, continueByIndex bool) {
+	if apiserverCaches && r.ContinueKey == "" && r.Read.Mode != ReadExact {
+		if iv, ok := r.IndexValue(apiserverIndexes); ok {
+			return iv, true
+		}
+	}
+	iv, _ = r.IndexValue(fieldIndexes)
+	return iv, false
+}
+
 // SelectorText is the request's selectors in canonical text form, for a
 // reader in another process (store.ListRequest.Selector); empty parts for
 // absent selectors.

@@ -377,3 +377,56 @@ func TestIndexValue(t *testing.T) {
 		}
 	}
 }
+
+// TestListIndex: the apiserver's index and its continuation rule exactly
+// where kube-apiserver's watch cache reads its index
+// (waitUntilFreshAndList), the tier's index with the scan rule elsewhere.
+func TestListIndex(t *testing.T) {
+	indexed := []string{"status.phase", "spec.nodeName"} // a profile's, then the apiserver's
+	apiserver := []string{"spec.nodeName"}
+	byNode := store.IndexValue{Field: "spec.nodeName", Value: "n1"}
+	byPhase := store.IndexValue{Field: "status.phase", Value: "Running"}
+	exactToken := url.QueryEscape(continuetoken.Encode(7, "ns/p"))
+	latestToken := url.QueryEscape(continuetoken.Expired("ns/p").ErrStatus.ListMeta.Continue)
+	cases := []struct {
+		query string
+		want  store.IndexValue
+		rule  bool // the apiserver's index rule
+	}{
+		{"fieldSelector=spec.nodeName%3Dn1&limit=5", byNode, true},                   // consistent
+		{"fieldSelector=spec.nodeName%3D%3Dn1&resourceVersion=0", byNode, true},      // any (limit ignored)
+		{"fieldSelector=spec.nodeName%3Dn1&resourceVersion=0&limit=5", byNode, true}, // any
+		{"fieldSelector=spec.nodeName%3Dn1&resourceVersion=7&resourceVersionMatch=NotOlderThan&limit=5", byNode, true},
+		{"fieldSelector=spec.nodeName%3Dn1&resourceVersion=7", byNode, true}, // not older than, no limit
+		{"fieldSelector=spec.nodeName%3Dn1&resourceVersion=7&resourceVersionMatch=Exact&limit=5", byNode, false},
+		{"fieldSelector=spec.nodeName%3Dn1&resourceVersion=7&limit=5", byNode, false}, // legacy exact
+		{"fieldSelector=spec.nodeName%3Dn1&limit=5&continue=" + exactToken, byNode, false},
+		{"fieldSelector=spec.nodeName%3Dn1&limit=5&continue=" + latestToken, byNode, false},                   // consistent, but a continue
+		{"fieldSelector=spec.nodeName%3D&limit=5", store.IndexValue{Field: "spec.nodeName"}, true},            // unscheduled pods
+		{"fieldSelector=status.phase%3DRunning,spec.nodeName%3Dn1&limit=5", byNode, true},                     // the apiserver's index first
+		{"fieldSelector=status.phase%3DRunning,spec.nodeName%3Dn1&resourceVersion=7&limit=5", byPhase, false}, // then the profile's order
+		{"fieldSelector=status.phase%3DRunning&limit=5", byPhase, false},                                      // only the profile indexes it
+		{"fieldSelector=spec.nodeName!%3Dn1&limit=5", store.IndexValue{}, false},
+		{"fieldSelector=spec.nodeName!%3Dn1,status.phase%3DRunning&limit=5", byPhase, false},
+		{"labelSelector=app%3Da&limit=5", store.IndexValue{}, false},
+		{"limit=5", store.IndexValue{}, false},
+	}
+	for _, c := range cases {
+		r, err := Parse(q(c.query), List, Options{Namespace: "ns", ConvertFieldLabel: func(l, v string) (string, string, error) { return l, v, nil }})
+		if err != nil {
+			t.Fatalf("%s: %v", c.query, err)
+		}
+		if iv, rule := r.ListIndex(indexed, apiserver, true); iv != c.want || rule != c.rule {
+			t.Errorf("%s: %+v rule %v, want %+v rule %v", c.query, iv, rule, c.want, c.rule)
+		}
+		// The apiserver without a watch cache for the resource reads
+		// etcd: the scan rule, whatever the read.
+		want := c.want
+		if c.rule && want.Field == "spec.nodeName" && strings.Contains(c.query, "status.phase%3DRunning") {
+			want = byPhase
+		}
+		if iv, rule := r.ListIndex(indexed, apiserver, false); iv != want || rule {
+			t.Errorf("%s uncached: %+v rule %v, want %+v rule false", c.query, iv, rule, want)
+		}
+	}
+}

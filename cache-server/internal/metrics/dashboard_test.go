@@ -137,6 +137,30 @@ func resolve(name string, known map[string]map[string]bool) (string, bool) {
 	return "", false
 }
 
+// aggregated is what the by (...) clause ending at expr[end:] groups: the
+// parenthesized argument that follows it (sum by (x) (...)), or the whole
+// expression for the other form (sum(...) by (x)), whose argument comes
+// before the clause.
+func aggregated(expr string, end int) string {
+	rest := strings.TrimLeft(expr[end:], " ")
+	if !strings.HasPrefix(rest, "(") {
+		return expr
+	}
+	depth := 0
+	for i, c := range rest {
+		switch c {
+		case '(':
+			depth++
+		case ')':
+			depth--
+			if depth == 0 {
+				return rest[:i+1]
+			}
+		}
+	}
+	return rest
+}
+
 func TestGrafanaDashboard(t *testing.T) {
 	raw, err := os.ReadFile(dashboardPath)
 	if err != nil {
@@ -201,16 +225,18 @@ func TestGrafanaDashboard(t *testing.T) {
 					t.Errorf("panel %q: %s is not exported by the Go or process collector", p.Title, name)
 				}
 			}
-			// Labels in by (...) must be on every cachetier metric of the expression.
-			for _, m := range byClause.FindAllStringSubmatch(tg.Expr, -1) {
-				for _, label := range strings.Split(m[1], ",") {
+			// Labels in by (...) must be on every cachetier metric the
+			// aggregation reads.
+			for _, m := range byClause.FindAllStringSubmatchIndex(tg.Expr, -1) {
+				labels := tg.Expr[m[2]:m[3]]
+				for _, label := range strings.Split(labels, ",") {
 					label = strings.TrimSpace(label)
 					if label == "" || targetLabels[label] {
 						continue
 					}
-					for _, metric := range metrics {
-						if !cachetier[metric][label] {
-							t.Errorf("panel %q: by (%s): %s has no label %q", p.Title, m[1], metric, label)
+					for _, name := range cachetierName.FindAllString(aggregated(tg.Expr, m[1]), -1) {
+						if metric, ok := resolve(name, cachetier); ok && !cachetier[metric][label] {
+							t.Errorf("panel %q: by (%s): %s has no label %q", p.Title, labels, metric, label)
 						}
 					}
 				}

@@ -11,10 +11,12 @@ import (
 
 // boundedLabels are the cache-server's label names; each takes a bounded
 // set of values: a profile's resources, HTTP verbs and codes, hash shard
-// indexes (at most 1024) or a fleet's shard names (at most 64), and the
+// indexes (at most 1024) or a fleet's shard names (at most 64), a
+// resource's indexed fields (a profile's fieldIndexes, at most 16, and the
+// apiserver's own), and the
 // fixed outcome/type/reason/path/result values the code sets; version is
 // go_info's (one value per binary).
-var boundedLabels = []string{"verb", "resource", "code", "outcome", "type", "reason", "shard", "path", "result", "version"}
+var boundedLabels = []string{"verb", "resource", "code", "outcome", "type", "reason", "shard", "path", "result", "version", "index"}
 
 // TestMetricNamesFollowConventions lints everything a cache-server
 // registers (its own metrics and Go's runtime and process collectors, as

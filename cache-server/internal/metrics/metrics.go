@@ -24,12 +24,23 @@ type Metrics struct {
 	ShardBytes                 *prometheus.GaugeVec     // resource, shard
 	ShardAppliedRV             *prometheus.GaugeVec     // resource, shard
 
+	// Field indexes (package store, index.go) and the LISTs read through
+	// them.
+	IndexEntries *prometheus.GaugeVec   // resource, index
+	IndexValues  *prometheus.GaugeVec   // resource, index
+	IndexBytes   *prometheus.GaugeVec   // resource, index
+	IndexedLists *prometheus.CounterVec // resource, index
+
 	WatchersActive     *prometheus.GaugeVec     // resource
 	WatchEvents        *prometheus.CounterVec   // resource, type: events sent to watchers
 	WatchersTerminated *prometheus.CounterVec   // resource, reason: watchers closed by the tier
 	WatchListInitial   *prometheus.HistogramVec // resource: request start to initial-events-end bookmark
 	WatchBufferFill    *prometheus.HistogramVec // resource: watcher lag / buffer size when it reads
 	WatchDelivery      *prometheus.HistogramVec // resource: event received from upstream to written to a watcher
+	// How the hub dispatches events (package watch's index).
+	WatchDispatchWatchers   *prometheus.GaugeVec     // resource, type: indexed, unindexed
+	WatchIndexValues        *prometheus.GaugeVec     // resource: distinct indexed values watched
+	WatchDispatchCandidates *prometheus.HistogramVec // resource: watchers an event was offered to
 
 	// A fleet's shards (serving fronts) and fronts (calling shards).
 	ShardRequests        *prometheus.CounterVec   // verb, resource, outcome
@@ -149,6 +160,19 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from receiving an event from the apiserver to writing it to a watcher.",
 			Buckets: []float64{.0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"resource"}),
+		WatchDispatchWatchers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cachetier_watch_dispatch_watchers",
+			Help: "Active watchers by how events reach them: indexed (their field selector requires a value of an indexed field, such as spec.nodeName=<node>; only events whose old or new object has that value are offered to them) or unindexed (every event of the resource is).",
+		}, []string{"resource", "type"}),
+		WatchIndexValues: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cachetier_watch_index_values",
+			Help: "Distinct values of indexed fields that at least one indexed watcher requires; indexed watchers divided by it is the watchers per value.",
+		}, []string{"resource"}),
+		WatchDispatchCandidates: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cachetier_watch_dispatch_candidates",
+			Help:    "Watchers each published event was offered to: the indexed watchers of its old and new values plus every unindexed watcher (the work of dispatching it).",
+			Buckets: []float64{0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000},
+		}, []string{"resource"}),
 	}
 	m.ProtobufConversions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_protobuf_messages_total",
@@ -239,8 +263,26 @@ func New(reg prometheus.Registerer) *Metrics {
 		Help: "Compressed LIST chunks dropped to stay within --list-gzip-cache-bytes (least recently used first).",
 	})
 	reg.MustRegister(m.ListGzipChunks, m.ListGzipBytes, m.ListGzipEvictions)
+	m.IndexEntries = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cachetier_index_entries",
+		Help: "Objects in a field index (a profile's fieldIndexes and the apiserver's own, e.g. pods' spec.nodeName), by resource and indexed field; objects without the field are indexed under the empty value.",
+	}, []string{"resource", "index"})
+	m.IndexValues = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cachetier_index_values",
+		Help: "Distinct values in a field index (for spec.nodeName: nodes with pods, plus the empty value of unscheduled pods).",
+	}, []string{"resource", "index"})
+	m.IndexBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cachetier_index_bytes",
+		Help: "Estimated memory of a field index at the latest state: its B-tree nodes plus its entries' key and value bytes counted as not shared with the objects; compare with cachetier_shard_bytes.",
+	}, []string{"resource", "index"})
+	m.IndexedLists = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_indexed_lists_total",
+		Help: "LIST requests (pages) read through a field index instead of a scan, by resource and indexed field.",
+	}, []string{"resource", "index"})
+	reg.MustRegister(m.IndexEntries, m.IndexValues, m.IndexBytes, m.IndexedLists)
 	reg.MustRegister(m.AuthnConnCache, m.Impersonation, m.Goaways, m.MemoryReleased, m.ProtobufConversions, m.TableErrors)
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
+	reg.MustRegister(m.WatchDispatchWatchers, m.WatchIndexValues, m.WatchDispatchCandidates)
 	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes, m.ProgressProbeBookmark,
 		m.UpstreamEvents, m.UpstreamRelists, m.UpstreamWatchListFallbacks, m.UpstreamRV, m.UpstreamLatestRV,
 		m.ShardObjects, m.ShardBytes, m.ShardAppliedRV)

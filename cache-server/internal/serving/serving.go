@@ -22,6 +22,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/auth"
 	"github.com/cachetier/cachetier/cache-server/internal/memlimit"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
+	"github.com/cachetier/cachetier/internal/aggpath"
 )
 
 // Config is one HTTPS API.
@@ -33,8 +34,9 @@ type Config struct {
 	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	// Client is the apiserver that authenticates and authorizes callers.
 	Client kubernetes.Interface
-	// PathPrefix is stripped before authorization (auth.Options).
-	PathPrefix string
+	// Paths are the profile's aggregated paths, stripped before
+	// authorization (auth.Options).
+	Paths aggpath.Paths
 	// API serves everything but /metrics and /debug/pprof.
 	API http.Handler
 	// Registry is served at /metrics (authorized like any non-resource URL).
@@ -65,7 +67,7 @@ func Run(ctx context.Context, cfg Config) error {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	handler, clientAuth, err := auth.Wrap(ctx, auth.Options{
-		Client: cfg.Client, PathPrefix: cfg.PathPrefix, AlwaysAllowPaths: []string{"/healthz", "/livez", "/readyz"},
+		Client: cfg.Client, Paths: cfg.Paths, AlwaysAllowPaths: []string{"/healthz", "/livez", "/readyz"},
 		ConnCacheResults: cfg.Metrics.AuthnConnCache, ImpersonationResults: cfg.Metrics.Impersonation, Log: cfg.Log,
 	}, mux)
 	if err != nil {
@@ -86,7 +88,7 @@ func Run(ctx context.Context, cfg Config) error {
 	go reportSelf(ctx, cfg)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(cfg.Listener, "", "") }()
-	cfg.Log.Info("serving", "address", cfg.Listener.Addr().String(), "pathPrefix", cfg.PathPrefix)
+	cfg.Log.Info("serving", "address", cfg.Listener.Addr().String(), "prefix", cfg.Paths.Prefix, "root", cfg.Paths.Root)
 	select {
 	case <-ctx.Done():
 		if cfg.BeforeShutdown != nil {

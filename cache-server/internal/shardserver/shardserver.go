@@ -12,6 +12,7 @@ package shardserver
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -179,12 +180,23 @@ func ListStore(out *shardwire.Writer, st *store.Store, q url.Values, rv, limit u
 		}
 		return out.End(shardwire.Header{RV: snapRV})
 	}
-	match, err := matcher(q.Get("labelSelector"), q.Get("fieldSelector"))
+	match, fs, err := matcher(q.Get("labelSelector"), q.Get("fieldSelector"))
 	if err != nil {
 		return err
 	}
+	index, byIndex, err := shardwire.ParseIndex(q)
+	if err != nil {
+		return err
+	}
+	if index.Field != "" {
+		// The index narrows the read: it must be the selector's own
+		// equality, or the page would lose objects the selector matches.
+		if v, ok := fs.RequiresExactMatch(index.Field); !ok || v != index.Value {
+			return apierrors.NewBadRequest(fmt.Sprintf("%s=%s is not an equality of the field selector %q", index.Field, index.Value, fs.String()))
+		}
+	}
 	req := store.ListRequest{SnapshotRV: rv, Namespace: q.Get("namespace"), StartKeyExclusive: q.Get("after"), Limit: int64(limit), Match: match,
-		SkipCount: q.Get("count") == "false"}
+		SkipCount: q.Get("count") == "false", Index: index, ContinueByIndex: byIndex}
 	if limit == 0 {
 		var werr error
 		snapRV, err := st.Scan(req, func(o *store.Object) bool {
@@ -210,7 +222,10 @@ func ListStore(out *shardwire.Writer, st *store.Store, q url.Values, rv, limit u
 	}
 	end := shardwire.Header{RV: page.RV, Continue: page.ContinueKey, Remaining: page.RemainingItemCount}
 	if page.ContinueKey == "" {
-		if end.LastKey, err = st.LastKey(page.RV, req.Namespace); err != nil {
+		// By the page's continuation rule: the last key with the
+		// index's value when the front merges by the apiserver's index.
+		req.SnapshotRV = page.RV
+		if end.LastKey, err = st.LastKey(req); err != nil {
 			return err
 		}
 	}
@@ -296,22 +311,23 @@ func (s *Server) wait(ctx context.Context, out *shardwire.Writer, res ingest.Res
 }
 
 // matcher builds the selector a front sent in canonical text form (field
-// labels already converted for the resource).
-func matcher(label, field string) (func(*store.Object) bool, error) {
-	if label == "" && field == "" {
-		return nil, nil
-	}
+// labels already converted for the resource), and returns the field
+// selector parsed.
+func matcher(label, field string) (func(*store.Object) bool, fields.Selector, error) {
 	ls, err := labels.Parse(label)
 	if err != nil {
-		return nil, apierrors.NewBadRequest("labelSelector: " + err.Error())
+		return nil, nil, apierrors.NewBadRequest("labelSelector: " + err.Error())
 	}
 	fs, err := fields.ParseSelector(field)
 	if err != nil {
-		return nil, apierrors.NewBadRequest("fieldSelector: " + err.Error())
+		return nil, nil, apierrors.NewBadRequest("fieldSelector: " + err.Error())
+	}
+	if label == "" && field == "" {
+		return nil, fs, nil
 	}
 	return func(o *store.Object) bool {
 		return ls.Matches(labels.Set(o.Labels)) && fs.Matches(o.FieldSet())
-	}, nil
+	}, fs, nil
 }
 
 func uintParam(v string) (uint64, error) {

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/cache-server/internal/auth"
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
 	"github.com/cachetier/cachetier/cache-server/internal/front"
 	"github.com/cachetier/cachetier/cache-server/internal/ingest"
@@ -28,6 +29,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/serving"
 	"github.com/cachetier/cachetier/cache-server/internal/tables"
 	"github.com/cachetier/cachetier/cache-server/internal/upstreamhttp"
+	"github.com/cachetier/cachetier/internal/aggpath"
 )
 
 // MinHistoryWindow is the apiserver's own watch-cache history: a shorter
@@ -110,19 +112,6 @@ func EffectiveSettings(spec v1alpha1.CacheProfileSpec) (Settings, error) {
 	return s, nil
 }
 
-// APIVersion is the version of every profile's aggregated API group.
-const APIVersion = "v1alpha1"
-
-// APIGroup is the aggregated API group of a profile.
-func APIGroup(profile string) string {
-	return profile + ".cache.cachetier.io"
-}
-
-// PathPrefix is the aggregated API path of a profile.
-func PathPrefix(profile string) string {
-	return "/apis/" + APIGroup(profile) + "/" + APIVersion
-}
-
 // StartOpenAPI starts keeping the OpenAPI documents of the group-versions
 // of resources (package openapi) fresh until ctx ends; shared by the
 // standalone tier and a fleet's fronts.
@@ -133,7 +122,7 @@ func StartOpenAPI(ctx context.Context, profile string, upstream *rest.Config, re
 	}
 	k, err := openapi.New(openapi.Options{
 		Upstream: upstreamhttp.Instrument(upstream, m.UpstreamResponses), Served: gvs,
-		Group: APIGroup(profile), Version: APIVersion,
+		Group: aggpath.For(profile).Group, Version: v1alpha1.AggregatedAPIVersion,
 		Refreshes: m.OpenAPIRefreshes, LastSuccess: m.OpenAPILastSuccess, Log: log.WithName("openapi"),
 	})
 	if err != nil {
@@ -171,19 +160,22 @@ func Run(ctx context.Context, cfg Config) error {
 	for i, r := range ingested.Resources {
 		resources = append(resources, front.Resource{Entry: r.Entry, Source: front.LocalSource{Ingester: r.Ingester}, Hub: r.Hub, Printer: printers[i]})
 	}
-	kc, ver := ingested.Client, ingested.Version
+	authClient, err := auth.ClientFor(upstreamhttp.Instrument(cfg.Upstream, m.UpstreamResponses))
+	if err != nil {
+		return err
+	}
 
-	prefix := PathPrefix(cfg.ProfileName)
+	paths := aggpath.For(cfg.ProfileName)
 	docs, err := StartOpenAPI(ctx, cfg.ProfileName, cfg.Upstream, resources, m, cfg.Log)
 	if err != nil {
 		return err
 	}
 	api := front.New(front.Options{
-		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, PathPrefix: prefix,
-		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, ListGzipCacheBytes: cfg.ListGzipCacheBytes, OpenAPI: docs,
+		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, Paths: paths,
+		Version: ingested.Version, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, ListGzipCacheBytes: cfg.ListGzipCacheBytes, OpenAPI: docs,
 	})
 	return serving.Run(ctx, serving.Config{
-		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: kc, PathPrefix: prefix,
+		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: authClient, Paths: paths,
 		API: api, Registry: reg, Metrics: m, Profiling: cfg.Profiling, Log: cfg.Log,
 		BeforeShutdown: func() {
 			for _, r := range resources {

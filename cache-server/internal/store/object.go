@@ -115,6 +115,10 @@ func newTree() *btree.BTreeG[*Object] { return btree.NewG(btreeDegree, lessByKey
 type Snapshot struct {
 	tree *btree.BTreeG[*Object]
 	rv   uint64
+	// fields are the indexed fields; index[i] is fields[i]'s index in the
+	// same state as tree (see index.go).
+	fields []string
+	index  []*indexTree
 }
 
 // RV is the resourceVersion this snapshot represents.
@@ -177,9 +181,7 @@ func (s Snapshot) Last(prefix string) (string, bool) {
 		}
 		return o.Key, true
 	}
-	// The smallest string above every key with the prefix: the prefix
-	// with its last byte incremented (namespace prefixes end in '/').
-	end := prefix[:len(prefix)-1] + string(rune(prefix[len(prefix)-1]+1))
+	end := prefixEnd(prefix)
 	var key string
 	s.tree.DescendLessOrEqual(&Object{Key: end}, func(o *Object) bool {
 		if o.Key >= end {
@@ -191,4 +193,11 @@ func (s Snapshot) Last(prefix string) (string, bool) {
 		return false
 	})
 	return key, key != ""
+}
+
+// prefixEnd is the smallest string above every key with the (non-empty)
+// prefix: the prefix with its last byte incremented (namespace prefixes
+// end in '/').
+func prefixEnd(prefix string) string {
+	return prefix[:len(prefix)-1] + string([]byte{prefix[len(prefix)-1] + 1})
 }

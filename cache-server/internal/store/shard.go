@@ -24,6 +24,8 @@ type ShardOptions struct {
 	MaxHistory int
 	// Clock defaults to the real clock; tests inject a fake one.
 	Clock clock.PassiveClock
+	// Indexes are the fields to keep an index of (see index.go).
+	Indexes []string
 }
 
 // historyEntry is the shard's state from rv (the RV of the change that
@@ -31,6 +33,8 @@ type ShardOptions struct {
 type historyEntry struct {
 	rv   uint64
 	tree *btree.BTreeG[*Object]
+	// index holds the field indexes in the same state as tree.
+	index []*indexTree
 	// supersededAt is when the next entry replaced this one; zero for the
 	// current state.
 	supersededAt time.Time
@@ -57,6 +61,14 @@ type Shard struct {
 	// with writes to the original.
 	tree    *btree.BTreeG[*Object]
 	applied uint64
+	// fields are the indexed fields and index their writer trees, never
+	// handed out either. published[i] is the clone of index[i] that the
+	// last recorded state holds, nil once index[i] changed since: a state
+	// recorded while an index is unchanged shares its clone instead of
+	// cloning again.
+	fields    []string
+	index     []*indexTree
+	published []*indexTree
 	// history is ordered by rv; the last entry is the current state.
 	history []historyEntry
 	bytes   int64
@@ -79,8 +91,14 @@ func NewShard(opts ShardOptions) *Shard {
 		clock:      c,
 		tree:       newTree(),
 		advanced:   make(chan struct{}),
+		fields:     opts.Indexes,
+		index:      make([]*indexTree, len(opts.Indexes)),
+		published:  make([]*indexTree, len(opts.Indexes)),
 	}
-	s.history = []historyEntry{{rv: 0, tree: s.tree.Clone()}}
+	for i := range s.index {
+		s.index[i] = newIndexTree()
+	}
+	s.history = []historyEntry{{rv: 0, tree: s.tree.Clone(), index: s.publishIndexesLocked()}}
 	return s
 }
 
@@ -110,6 +128,7 @@ func (s *Shard) Apply(ev Event) error {
 			s.bytes -= int64(len(old.Raw))
 		}
 		s.bytes += int64(len(ev.Object.Raw))
+		s.reindexLocked(old, ev.Object)
 	case Deleted:
 		old, had := s.tree.Delete(ev.Object)
 		if !had {
@@ -117,6 +136,7 @@ func (s *Shard) Apply(ev Event) error {
 			return nil
 		}
 		s.bytes -= int64(len(old.Raw))
+		s.reindexLocked(old, nil)
 	default:
 		return fmt.Errorf("store: unknown event type %d", ev.Type)
 	}
@@ -166,6 +186,10 @@ func (s *Shard) Replace(objects []*Object, rv uint64) ([]Event, error) {
 
 	var events []Event
 	next := newTree()
+	nextIndex := make([]*indexTree, len(s.fields))
+	for i := range nextIndex {
+		nextIndex[i] = newIndexTree()
+	}
 	var size int64
 	i := 0
 	s.tree.Ascend(func(old *Object) bool {
@@ -198,13 +222,19 @@ func (s *Shard) Replace(objects []*Object, rv uint64) ([]Event, error) {
 	for _, o := range sorted {
 		next.ReplaceOrInsert(o)
 		size += int64(len(o.Raw))
+		for i, f := range s.fields {
+			nextIndex[i].ReplaceOrInsert(indexEntry{value: indexValue(o, f), key: o.Key})
+		}
 	}
 
 	s.tree = next
 	s.bytes = size
+	s.index = nextIndex
+	clear(s.published)
 	last := &s.history[len(s.history)-1]
 	if last.rv == rv {
 		last.tree = s.tree.Clone()
+		last.index = s.publishIndexesLocked()
 	} else {
 		last.knownUntil = s.applied
 		s.recordLocked(rv)
@@ -223,8 +253,50 @@ func changed(old, cur *Object) bool {
 func (s *Shard) recordLocked(rv uint64) {
 	now := s.clock.Now()
 	s.history[len(s.history)-1].supersededAt = now
-	s.history = append(s.history, historyEntry{rv: rv, tree: s.tree.Clone()})
+	s.history = append(s.history, historyEntry{rv: rv, tree: s.tree.Clone(), index: s.publishIndexesLocked()})
 	s.pruneLocked()
+}
+
+// reindexLocked moves an object's entries in the field indexes from its
+// old state (nil: it was absent) to cur (nil: deleted). A value that did
+// not change leaves its index untouched.
+func (s *Shard) reindexLocked(old, cur *Object) {
+	for i, f := range s.fields {
+		var ov, cv string
+		if old != nil {
+			ov = indexValue(old, f)
+		}
+		if cur != nil {
+			cv = indexValue(cur, f)
+		}
+		if old != nil && cur != nil && ov == cv {
+			continue
+		}
+		if old != nil {
+			s.index[i].Delete(indexEntry{value: ov, key: old.Key})
+		}
+		if cur != nil {
+			s.index[i].ReplaceOrInsert(indexEntry{value: cv, key: cur.Key})
+		}
+		s.published[i] = nil
+	}
+}
+
+// publishIndexesLocked returns the index trees of a state being recorded:
+// the last published clone of each unchanged index, a new clone of each
+// changed one.
+func (s *Shard) publishIndexesLocked() []*indexTree {
+	if len(s.index) == 0 {
+		return nil
+	}
+	out := make([]*indexTree, len(s.index))
+	for i, t := range s.index {
+		if s.published[i] == nil {
+			s.published[i] = t.Clone()
+		}
+		out[i] = s.published[i]
+	}
+	return out
 }
 
 func (s *Shard) advanceLocked(rv uint64) {
@@ -286,7 +358,8 @@ func (s *Shard) WaitForRV(ctx context.Context, rv uint64) error {
 func (s *Shard) Latest() Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Snapshot{tree: s.history[len(s.history)-1].tree, rv: s.applied}
+	h := s.history[len(s.history)-1]
+	return Snapshot{tree: h.tree, rv: s.applied, fields: s.fields, index: h.index}
 }
 
 // Snapshot returns the state exactly at rv: the last change at or before rv.
@@ -304,7 +377,8 @@ func (s *Shard) Snapshot(rv uint64) (Snapshot, error) {
 	if i == 0 || (s.history[i-1].knownUntil != 0 && rv > s.history[i-1].knownUntil) {
 		return Snapshot{}, &ExpiredError{RV: rv, Oldest: s.history[0].rv}
 	}
-	return Snapshot{tree: s.history[i-1].tree, rv: rv}, nil
+	h := s.history[i-1]
+	return Snapshot{tree: h.tree, rv: rv, fields: s.fields, index: h.index}, nil
 }
 
 // ShardStats are the numbers exported as metrics for one shard.

@@ -21,6 +21,11 @@ type Options struct {
 	HistoryWindow time.Duration
 	MaxHistory    int
 	Clock         clock.PassiveClock
+	// Indexes are the fields every shard keeps an index of, at every
+	// state it serves (catalog.Entry.FieldIndexes): a read that pins one
+	// of them to a value (ListRequest.Index) visits only the objects with
+	// that value.
+	Indexes []string
 }
 
 // Store is one cached resource: N hash shards fed from one upstream stream.
@@ -42,7 +47,7 @@ func New(opts Options) (*Store, error) {
 	}
 	s := &Store{shards: make([]*Shard, opts.Shards)}
 	for i := range s.shards {
-		s.shards[i] = NewShard(ShardOptions{HistoryWindow: opts.HistoryWindow, MaxHistory: opts.MaxHistory, Clock: opts.Clock})
+		s.shards[i] = NewShard(ShardOptions{HistoryWindow: opts.HistoryWindow, MaxHistory: opts.MaxHistory, Clock: opts.Clock, Indexes: opts.Indexes})
 	}
 	return s, nil
 }
@@ -226,6 +231,22 @@ type ListRequest struct {
 	// is nil also decides RemainingItemCount, as in the apiserver: an exact
 	// count is only given for an unfiltered list.
 	Match func(*Object) bool
+	// Index, when its Field is set, restricts the read to the objects
+	// whose field has Index.Value — Match must require that too (it is
+	// the field selector's equality, listparams.Request.IndexValue). The
+	// read walks the store's index of the field, or filters the key range
+	// when the store keeps none. Items and order are those of the same
+	// read without Index; only the continuation may differ, see
+	// ContinueByIndex. An indexed read is a filtered one: it never counts
+	// RemainingItemCount.
+	Index IndexValue
+	// ContinueByIndex: kube-apiserver would read this page from its own
+	// index of Index.Field (its watch cache's GetByIndexSnapshot), so, as
+	// there, a full page continues only when an object with Index.Value
+	// follows its last item in the range. Otherwise a full page continues
+	// when any object of the range follows it (ListResult.ContinueKey).
+	// Decided by listparams.Request.ListIndex; ignored without Index.
+	ContinueByIndex bool
 	// Selector is Match as text, for a reader that evaluates it in
 	// another process (a fleet's shards); empty when Match is nil.
 	Selector Selector
@@ -257,7 +278,9 @@ type ListResult struct {
 	RV uint64
 	// ContinueKey is the key of the last returned item when more items may
 	// remain, "" otherwise. As in the apiserver's cacher, with a selector it
-	// is set whenever unscanned items remain, even if none of them match.
+	// is set whenever unscanned items remain, even if none of them match:
+	// any item of the range, or with ContinueByIndex any item with the
+	// index's value.
 	ContinueKey string
 	// RemainingItemCount is the number of items after this page, set only
 	// when there is a next page and Match is nil.
@@ -268,14 +291,15 @@ type ListResult struct {
 // key. It mirrors kube-apiserver's cacher GetList
 // (k8s.io/apiserver/pkg/storage/cacher/cacher.go): with a selector it scans
 // until it has Limit matching items, and there is a next page when any item
-// (matching or not) follows the last scanned one.
+// (matching or not) follows the last scanned one — with ContinueByIndex,
+// any item with the index's value, as the apiserver's read of its index.
 func (s *Store) List(req ListRequest) (ListResult, error) {
 	snaps, rv, err := s.snapshots(req.SnapshotRV)
 	if err != nil {
 		return ListResult{}, err
 	}
 	prefix := keyhash.NamespacePrefix(req.Namespace)
-	m := newMerger(snaps, prefix, req.StartKeyExclusive, req.Limit)
+	m := newMerger(snaps, prefix, req.StartKeyExclusive, req.Limit, req.Index)
 
 	res := ListResult{Items: []*Object{}, RV: rv}
 	var lastSelected string
@@ -291,12 +315,17 @@ func (s *Store) List(req ListRequest) (ListResult, error) {
 		}
 		if req.Limit > 0 && int64(len(res.Items)) >= req.Limit {
 			hasMore = m.peek() != nil
+			if req.Index.Field != "" && !req.ContinueByIndex {
+				// The merge saw only the index's value; the rule
+				// asks about any object of the range.
+				hasMore = anyAfter(snaps, prefix, lastSelected)
+			}
 			break
 		}
 	}
 	if hasMore {
 		res.ContinueKey = lastSelected
-		if req.Match == nil && !req.SkipCount {
+		if req.Match == nil && req.Index.Field == "" && !req.SkipCount {
 			n := int64(-1)
 			if req.RemainingAfterStart != nil {
 				n = *req.RemainingAfterStart - int64(len(res.Items))
@@ -312,17 +341,29 @@ func (s *Store) List(req ListRequest) (ListResult, error) {
 	return res, nil
 }
 
+// anyAfter reports whether any shard holds a key of the range after key:
+// one descent per shard, never a scan.
+func anyAfter(snaps []Snapshot, prefix, key string) bool {
+	for _, sn := range snaps {
+		if sn.hasAfter(prefix, key) {
+			return true
+		}
+	}
+	return false
+}
+
 // Scan calls fn for every matching object of the request's range in key
 // order, merged across shards at one RV, until fn returns false; Limit is
-// ignored. Memory stays bounded by the per-shard batches whatever the size
-// of the result, which is what watch-list streaming of the initial state
-// needs. It returns the snapshot RV.
+// ignored, Index narrows the walk as for List. Memory stays bounded by
+// the per-shard batches whatever the size of the result, which is what
+// watch-list streaming of the initial state needs. It returns the
+// snapshot RV.
 func (s *Store) Scan(req ListRequest, fn func(*Object) bool) (uint64, error) {
 	snaps, rv, err := s.snapshots(req.SnapshotRV)
 	if err != nil {
 		return 0, err
 	}
-	m := newMerger(snaps, keyhash.NamespacePrefix(req.Namespace), req.StartKeyExclusive, 0)
+	m := newMerger(snaps, keyhash.NamespacePrefix(req.Namespace), req.StartKeyExclusive, 0, req.Index)
 	for o := m.next(); o != nil; o = m.next() {
 		if (req.Match == nil || req.Match(o)) && !fn(o) {
 			break
@@ -337,10 +378,14 @@ type cursor struct {
 	snap   Snapshot
 	prefix string
 	after  string // last key fetched
-	buf    []*Object
-	pos    int
-	batch  int
-	done   bool
+	// index, when its Field is set, restricts the walk to its value
+	// (Snapshot.rangeValue); probe is that walk's lookup scratch.
+	index IndexValue
+	probe *Object
+	buf   []*Object
+	pos   int
+	batch int
+	done  bool
 }
 
 func (c *cursor) head() *Object {
@@ -352,10 +397,18 @@ func (c *cursor) head() *Object {
 	}
 	c.buf = c.buf[:0]
 	c.pos = 0
-	c.snap.Range(c.prefix, c.after, func(o *Object) bool {
+	add := func(o *Object) bool {
 		c.buf = append(c.buf, o)
 		return len(c.buf) < c.batch
-	})
+	}
+	if c.index.Field == "" {
+		c.snap.Range(c.prefix, c.after, add)
+	} else {
+		if c.probe == nil {
+			c.probe = &Object{}
+		}
+		c.snap.rangeValue(c.index, c.prefix, c.after, c.probe, add)
+	}
 	if len(c.buf) < c.batch {
 		c.done = true
 	}
@@ -379,7 +432,7 @@ type merger struct {
 	cursors []*cursor
 }
 
-func newMerger(snaps []Snapshot, prefix, startKeyExclusive string, limit int64) *merger {
+func newMerger(snaps []Snapshot, prefix, startKeyExclusive string, limit int64, index IndexValue) *merger {
 	batch := maxBatch
 	if limit > 0 {
 		// The page needs at most limit items from one shard, and about
@@ -388,7 +441,7 @@ func newMerger(snaps []Snapshot, prefix, startKeyExclusive string, limit int64) 
 	}
 	m := &merger{}
 	for _, sn := range snaps {
-		c := &cursor{snap: sn, prefix: prefix, after: startKeyExclusive, batch: batch}
+		c := &cursor{snap: sn, prefix: prefix, after: startKeyExclusive, batch: batch, index: index}
 		if c.head() != nil {
 			m.cursors = append(m.cursors, c)
 		}
@@ -435,7 +488,8 @@ func (m *merger) next() *Object {
 	return o
 }
 
-// countRest counts the items not yet returned, without copying them.
+// countRest counts the items not yet returned, without copying them (an
+// unindexed merge: List never counts an indexed read).
 func (m *merger) countRest() int64 {
 	var n int64
 	for _, c := range m.cursors {
@@ -456,19 +510,28 @@ func (s *Store) Stats() []ShardStats {
 	return out
 }
 
-// LastKey is the greatest key in the namespace's range ("" = everything) at
-// snapshotRV (0 = latest), "" when the range is empty. A fleet's front
-// needs it to tell, as the apiserver does for a single store, whether
-// anything follows a filtered page that every shard finished.
-func (s *Store) LastKey(snapshotRV uint64, namespace string) (string, error) {
-	snaps, _, err := s.snapshots(snapshotRV)
+// LastKey is the greatest key that would make a page of req continue:
+// the greatest key of its namespace's range at its SnapshotRV (0 =
+// latest), or with ContinueByIndex the greatest one with the index's value
+// ("" when there is none). A fleet's front needs it to tell, as the
+// apiserver does for a single store, whether anything follows a filtered
+// page that every shard finished.
+func (s *Store) LastKey(req ListRequest) (string, error) {
+	snaps, _, err := s.snapshots(req.SnapshotRV)
 	if err != nil {
 		return "", err
 	}
-	prefix := keyhash.NamespacePrefix(namespace)
+	prefix := keyhash.NamespacePrefix(req.Namespace)
 	var last string
 	for _, snap := range snaps {
-		if k, ok := snap.Last(prefix); ok && k > last {
+		var k string
+		var ok bool
+		if req.Index.Field != "" && req.ContinueByIndex {
+			k, ok = snap.lastWithValue(req.Index, prefix)
+		} else {
+			k, ok = snap.Last(prefix)
+		}
+		if ok && k > last {
 			last = k
 		}
 	}

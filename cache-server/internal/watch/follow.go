@@ -1,6 +1,9 @@
 package watch
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // Follow is Next for a consumer that wants the history itself rather than a
 // client's view of it: every event after the watcher's position, unfiltered
@@ -13,30 +16,34 @@ import "time"
 // It blocks until there is an event or the watermark moved past what it
 // last returned, stop is closed (returns out unchanged, 0, nil), or the
 // watcher is terminated (ErrTerminated: it fell BufferSize events behind).
-// The watcher must have been registered without InitialEvents.
+// The watcher must have been registered without InitialEvents and Index.
 func (w *Watcher) Follow(stop <-chan struct{}, out []Event) ([]Event, uint64, error) {
+	if w.post != nil {
+		return out, 0, errors.New("watch: Follow reads the whole history; the watcher was registered with an Index")
+	}
 	h := w.hub
 	for {
+		h.mu.RLock()
 		if w.terminated.Load() {
+			h.mu.RUnlock()
 			return out, 0, ErrTerminated
 		}
-		h.mu.RLock()
-		notify := h.notify
-		lastRV := h.lastRV
-		head := h.base + uint64(len(h.events))
+		notify := h.notify.wait()
+		lastRV := h.hist.lastRV
+		head := h.hist.head()
 		cur := w.cursor.Load()
-		if cur < h.base {
+		if cur < h.hist.base {
 			h.mu.RUnlock()
 			return out, 0, ErrTerminated
 		}
 		lag := head - cur
 		n := 0
 		for cur < head && n < maxBatch {
-			e := h.events[cur-h.base]
+			e := h.hist.at(cur)
 			cur++
 			n++
 			if e.RV > w.minRV {
-				out = append(out, e)
+				out = append(out, *e)
 			}
 		}
 		h.mu.RUnlock()

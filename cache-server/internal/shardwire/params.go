@@ -1,0 +1,68 @@
+package shardwire
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/cachetier/cachetier/cache-server/internal/store"
+)
+
+// Query parameters of a list request (PathList) that carry the read's
+// index: store.ListRequest.Index and ContinueByIndex. The field selector
+// travels as text too; the index says which of its equalities the shard
+// reads through, and the flag which continuation rule its page follows —
+// both decided once, by the front (listparams.Request.ListIndex), so every
+// shard answers by the same rule.
+const (
+	// ParamIndex is the indexed field.
+	ParamIndex = "index"
+	// ParamIndexValue is its value; present, possibly empty (pods without
+	// a node), exactly when ParamIndex is.
+	ParamIndexValue = "indexValue"
+	// ParamContinueByIndex is "true" for the apiserver's index rule.
+	ParamContinueByIndex = "continueByIndex"
+)
+
+// SetIndex adds a read's index to a list request's query (nothing when
+// iv.Field is "").
+func SetIndex(q url.Values, iv store.IndexValue, continueByIndex bool) {
+	if iv.Field == "" {
+		return
+	}
+	q.Set(ParamIndex, iv.Field)
+	q.Set(ParamIndexValue, iv.Value)
+	if continueByIndex {
+		q.Set(ParamContinueByIndex, "true")
+	}
+}
+
+// ParseIndex reads what SetIndex wrote. A malformed combination (a value
+// without a field, a field without a value, a repeated parameter, a flag
+// that is not a boolean or comes without an index) is a 400.
+func ParseIndex(q url.Values) (iv store.IndexValue, continueByIndex bool, err error) {
+	for _, p := range []string{ParamIndex, ParamIndexValue, ParamContinueByIndex} {
+		if len(q[p]) > 1 {
+			return store.IndexValue{}, false, apierrors.NewBadRequest(fmt.Sprintf("%s given %d times", p, len(q[p])))
+		}
+	}
+	field, hasField := q[ParamIndex]
+	value, hasValue := q[ParamIndexValue]
+	flag, hasFlag := q[ParamContinueByIndex]
+	switch {
+	case !hasField && !hasValue && !hasFlag:
+		return store.IndexValue{}, false, nil
+	case !hasField || field[0] == "":
+		return store.IndexValue{}, false, apierrors.NewBadRequest(fmt.Sprintf("%s and %s need a non-empty %s", ParamIndexValue, ParamContinueByIndex, ParamIndex))
+	case !hasValue:
+		return store.IndexValue{}, false, apierrors.NewBadRequest(fmt.Sprintf("%s needs %s", ParamIndex, ParamIndexValue))
+	}
+	if hasFlag {
+		if continueByIndex, err = strconv.ParseBool(flag[0]); err != nil {
+			return store.IndexValue{}, false, apierrors.NewBadRequest(fmt.Sprintf("%s: %q is not a boolean", ParamContinueByIndex, flag[0]))
+		}
+	}
+	return store.IndexValue{Field: field[0], Value: value[0]}, continueByIndex, nil
+}

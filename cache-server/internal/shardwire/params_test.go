@@ -1,0 +1,88 @@
+package shardwire
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/cachetier/cachetier/cache-server/internal/store"
+)
+
+func TestIndexParamsRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		iv      store.IndexValue
+		byIndex bool
+	}{
+		{store.IndexValue{}, false},
+		{store.IndexValue{Field: "spec.nodeName", Value: "node-1"}, true},
+		{store.IndexValue{Field: "spec.nodeName", Value: ""}, true}, // unscheduled pods
+		{store.IndexValue{Field: "status.phase", Value: "Running"}, false},
+		{store.IndexValue{Field: "spec.color", Value: "a&b=c d"}, false},
+	} {
+		q := url.Values{"resource": {"/v1/pods"}}
+		SetIndex(q, c.iv, c.byIndex)
+		// Through the URL, as a shard reads it.
+		back, err := url.ParseQuery(q.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		iv, byIndex, err := ParseIndex(back)
+		if err != nil || iv != c.iv || byIndex != (c.byIndex && c.iv.Field != "") {
+			t.Errorf("%+v %v: parsed %+v %v %v", c.iv, c.byIndex, iv, byIndex, err)
+		}
+	}
+}
+
+// Every malformed combination is a 400, never a guess.
+func TestIndexParamsRejected(t *testing.T) {
+	for _, raw := range []string{
+		"indexValue=n1",
+		"continueByIndex=true",
+		"index=&indexValue=n1",
+		"index=spec.nodeName",
+		"index=spec.nodeName&indexValue=n1&continueByIndex=yes please",
+		"index=spec.nodeName&indexValue=n1&continueByIndex=",
+		"index=spec.nodeName&index=status.phase&indexValue=n1",
+		"index=spec.nodeName&indexValue=n1&indexValue=n2",
+		"index=spec.nodeName&indexValue=n1&continueByIndex=true&continueByIndex=false",
+	} {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = ParseIndex(q)
+		var status apierrors.APIStatus
+		if err == nil || !errors.As(err, &status) || status.Status().Code != http.StatusBadRequest {
+			t.Errorf("%s: %v, want a 400", raw, err)
+		}
+	}
+}
+
+func FuzzParseIndex(f *testing.F) {
+	f.Add("index=spec.nodeName&indexValue=n1&continueByIndex=true")
+	f.Add("index=spec.nodeName&indexValue=")
+	f.Add("indexValue=x&continueByIndex=0")
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		iv, byIndex, err := ParseIndex(q)
+		if err != nil {
+			if !apierrors.IsBadRequest(err) {
+				t.Fatalf("%q: %v is not a 400", raw, err)
+			}
+			return
+		}
+		// What was accepted is what SetIndex writes for it.
+		again := url.Values{}
+		SetIndex(again, iv, byIndex)
+		iv2, byIndex2, err := ParseIndex(again)
+		if err != nil || iv2 != iv || byIndex2 != byIndex {
+			t.Fatalf("%q: %+v %v, written and read back %+v %v %v", raw, iv, byIndex, iv2, byIndex2, err)
+		}
+	})
+}
