@@ -21,10 +21,11 @@ all: build
 .PHONY: run
 FLEET   ?= 0
 CLUSTER ?= processes
+NODES   ?= 1
 
 ifeq ($(CLUSTER),node)
 RUN_DEPS := controlplane node-deps image
-RUN_ARGS := --node
+RUN_ARGS := --node --nodes $(NODES)
 RUN_ENV  := CACHETIER_IMAGES=$(BIN)/images
 else
 RUN_DEPS := controlplane
@@ -32,7 +33,7 @@ RUN_ARGS := --cache-server $(BIN)/cache-server --fleet $(FLEET)
 RUN_ENV  :=
 endif
 
-run: $(RUN_DEPS) ## Start a local control plane with sample data and the tier behind the aggregator (FLEET=N: N shard processes and a front; CLUSTER=node: a real node, the operator installed from the image with kustomize, the sample profile's fleet as pods; needs root); Ctrl-C stops it.
+run: $(RUN_DEPS) ## Start a local control plane with sample data and the tier behind the aggregator (FLEET=N: N shard processes and a front; CLUSTER=node: a real cluster of NODES nodes (default 1), the operator installed from the image with kustomize, the sample profile's fleet as pods; needs root); Ctrl-C stops it.
 	go build -o $(BIN)/localcluster ./hack/localcluster
 	go build -o $(BIN)/cache-server ./cache-server
 	$(RUN_ENV) $(BIN)/localcluster $(RUN_ARGS)

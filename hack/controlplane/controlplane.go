@@ -102,9 +102,12 @@ type ControlPlane struct {
 	netns         string
 	log           io.Writer
 	apiserverArgs []string
-	procs         []*process // in start order; stopped in reverse
-	stopOnce      sync.Once
-	stopErr       error
+	// mu guards procs: a node's processes come and go (a node stopped and
+	// started again) while waits elsewhere ask Exited.
+	mu       sync.Mutex
+	procs    []*process // in start order; stopped in reverse
+	stopOnce sync.Once
+	stopErr  error
 }
 
 type process struct {
@@ -364,17 +367,9 @@ func (cp *ControlPlane) startAPIServer(port int, advertise net.IP, etcdURL strin
 // empty watch cache, so clients resuming a watch from an older
 // resourceVersion get 410 Gone — the way to make a client relist for real.
 func (cp *ControlPlane) RestartAPIServer(ctx context.Context, whileDown func(ctx context.Context) error) error {
-	for i, p := range cp.procs {
-		if p.name != "kube-apiserver" {
-			continue
-		}
-		// A crash, not a graceful shutdown: the apiserver would wait for
-		// open watches to drain, and clients must cope with both anyway.
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-		cp.procs = append(cp.procs[:i:i], cp.procs[i+1:]...)
-		break
-	}
+	// A crash, not a graceful shutdown: the apiserver would wait for open
+	// watches to drain, and clients must cope with both anyway.
+	cp.KillProcess("kube-apiserver")
 	if whileDown != nil {
 		if err := whileDown(ctx); err != nil {
 			return err
@@ -390,7 +385,7 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context, whileDown func(ctx
 // child gets its own process group (so Stop can signal everything it forked)
 // and SIGKILL when the parent dies, so a crashed test leaves no orphans.
 func (cp *ControlPlane) spawn(name string, args ...string) (*process, error) {
-	return cp.spawnBinary(name, filepath.Join(cp.BinDir, name), args...)
+	return cp.spawnBinary(cp.netns, name, filepath.Join(cp.BinDir, name), args...)
 }
 
 // StartProcess runs another binary (an aggregated server such as the
@@ -398,7 +393,15 @@ func (cp *ControlPlane) spawn(name string, args ...string) (*process, error) {
 // <Dir>/<name>.log, it dies with this process (no orphans), and Stop
 // terminates it before the apiserver and etcd. Exited reports its end.
 func (cp *ControlPlane) StartProcess(name, binary string, args ...string) (exited <-chan struct{}, logPath string, err error) {
-	p, err := cp.spawnBinary(name, binary, args...)
+	return cp.StartProcessIn(cp.netns, name, binary, args...)
+}
+
+// StartProcessIn is StartProcess in the network namespace netns (a path,
+// as Options.NetNS; "" the caller's own): the process of a machine beside
+// the control plane's, such as a node's kubelet, which lives and dies with
+// the cluster all the same.
+func (cp *ControlPlane) StartProcessIn(netns, name, binary string, args ...string) (exited <-chan struct{}, logPath string, err error) {
+	p, err := cp.spawnBinary(netns, name, binary, args...)
 	if err != nil {
 		return nil, "", err
 	}
@@ -409,6 +412,8 @@ func (cp *ControlPlane) StartProcess(name, binary string, args ...string) (exite
 // that has exited, with its last log lines; nil while all run. Waits that
 // depend on a process call it so that they fail fast instead of timing out.
 func (cp *ControlPlane) Exited() error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	for _, p := range cp.procs {
 		select {
 		case <-p.done:
@@ -424,29 +429,53 @@ func (cp *ControlPlane) Exited() error {
 // for callers whose teardown has an order. Stopping an unknown or already
 // stopped name does nothing.
 func (cp *ControlPlane) StopProcess(name string) error {
+	if p := cp.forget(name); p != nil {
+		return stopProcess(p)
+	}
+	return nil
+}
+
+// KillProcess kills a process started by StartProcess at once, and
+// everything in its process group — SIGKILL, as a machine's crash ends
+// it — and waits until it is gone. Killing an unknown or already stopped
+// name does nothing.
+func (cp *ControlPlane) KillProcess(name string) {
+	if p := cp.forget(name); p != nil {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// forget removes the process called name from the ones Exited and Stop
+// look at, and returns it (nil when there is none).
+func (cp *ControlPlane) forget(name string) *process {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	for i, p := range cp.procs {
 		if p.name == name {
 			cp.procs = append(cp.procs[:i:i], cp.procs[i+1:]...)
-			return stopProcess(p)
+			return p
 		}
 	}
 	return nil
 }
 
-func (cp *ControlPlane) spawnBinary(name, binary string, args ...string) (*process, error) {
+func (cp *ControlPlane) spawnBinary(netns, name, binary string, args ...string) (*process, error) {
 	logPath := filepath.Join(cp.Dir, name+".log")
-	logFile, err := os.Create(logPath)
+	// Appended to: a process started again (a restarted apiserver or
+	// node) keeps the story of its earlier run above its own.
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(binary, args...)
-	if cp.netns != "" {
+	if netns != "" {
 		// nsenter enters only the network namespace and execs the binary in
 		// place (it forks only for a PID namespace), so the PID, process
 		// group and parent-death signal below are the binary's own. Not
 		// `ip netns exec`: it remounts /sys, which hides the cgroup mounts
 		// from the kubelet.
-		cmd = exec.Command("nsenter", append([]string{"--net=" + cp.netns, "--", binary}, args...)...)
+		cmd = exec.Command("nsenter", append([]string{"--net=" + netns, "--", binary}, args...)...)
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -460,7 +489,9 @@ func (cp *ControlPlane) spawnBinary(name, binary string, args ...string) (*proce
 		logFile.Close()
 		close(p.done)
 	}()
+	cp.mu.Lock()
 	cp.procs = append(cp.procs, p)
+	cp.mu.Unlock()
 	fmt.Fprintf(cp.log, "started %s (pid %d, log %s)\n", name, cmd.Process.Pid, logPath)
 	return p, nil
 }
@@ -580,8 +611,12 @@ func (cp *ControlPlane) RunKubectl(ctx context.Context, kubeconfig string, args 
 func (cp *ControlPlane) Stop() error {
 	cp.stopOnce.Do(func() {
 		var errs []error
-		for i := len(cp.procs) - 1; i >= 0; i-- {
-			errs = append(errs, stopProcess(cp.procs[i]))
+		cp.mu.Lock()
+		procs := cp.procs
+		cp.procs = nil
+		cp.mu.Unlock()
+		for i := len(procs) - 1; i >= 0; i-- {
+			errs = append(errs, stopProcess(procs[i]))
 		}
 		if cp.removeDir {
 			errs = append(errs, os.RemoveAll(cp.Dir))
