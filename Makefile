@@ -21,10 +21,11 @@ all: build
 .PHONY: run
 FLEET   ?= 0
 CLUSTER ?= processes
+NODES   ?= 1
 
 ifeq ($(CLUSTER),node)
 RUN_DEPS := controlplane node-deps image
-RUN_ARGS := --node
+RUN_ARGS := --node --nodes $(NODES)
 RUN_ENV  := CACHETIER_IMAGES=$(BIN)/images
 else
 RUN_DEPS := controlplane
@@ -32,14 +33,26 @@ RUN_ARGS := --cache-server $(BIN)/cache-server --fleet $(FLEET)
 RUN_ENV  :=
 endif
 
-run: $(RUN_DEPS) ## Start a local control plane with sample data and the tier behind the aggregator (FLEET=N: N shard processes and a front; CLUSTER=node: a real node, the operator installed from the image with kustomize, the sample profile's fleet as pods; needs root); Ctrl-C stops it.
+run: $(RUN_DEPS) ## Start a local control plane with sample data and the tier behind the aggregator (FLEET=N: N shard processes and a front; CLUSTER=node: a real cluster of NODES nodes (default 1), the operator installed from the image with kustomize, the sample profile's fleet as pods; needs root); Ctrl-C stops it.
 	go build -o $(BIN)/localcluster ./hack/localcluster
 	go build -o $(BIN)/cache-server ./cache-server
 	$(RUN_ENV) $(BIN)/localcluster $(RUN_ARGS)
 
 .PHONY: test
-test: controlplane node-deps test-deps image vet ## Everything CI runs: unit, fuzz seed corpora, integration tests against a real apiserver, promtool rule tests, end-to-end tests on a real node.
+test: controlplane node-deps test-deps image vet test-race ## Everything CI runs: unit, fuzz seed corpora, integration tests against a real apiserver, promtool rule tests, end-to-end tests on a real node, and test-race.
 	CACHETIER_IMAGES=$(BIN)/images go test $(GO_TEST_FLAGS) ./...
+
+# The packages that are concurrent by design — ingestion and freshness
+# waits, the store's readers and writers, watch fan-out, kept compressed
+# chunks, per-connection auth caches, a fleet's shard calls and merged
+# streams, shared waits, HTTP/2 serving — run their unit tests under the
+# race detector too. -short leaves out the longest sequential walks of the
+# fleet's model tests (page by page at a limit of 1), which `test` runs.
+RACE_PKGS := $(addprefix ./cache-server/internal/,store watch gzipchunks auth fleet upstream front shardwire shardserver sharedwait serving)
+
+.PHONY: test-race
+test-race: controlplane ## The unit tests of the concurrent packages under the race detector (make test runs it first).
+	go test -race -short $(GO_TEST_FLAGS) $(RACE_PKGS)
 
 .PHONY: dashboard-png
 dashboard-png: controlplane node-deps test-deps image ## Run e2e/observability (a real Prometheus scraping a fleet on a real node; root) and draw every dashboard's panels from that run into docs/*.png.

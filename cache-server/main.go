@@ -24,6 +24,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -59,7 +60,7 @@ const defaultFrontGoawayChance = 0.01
 const usage = `usage:
   cache-server standalone --profile FILE [--kubeconfig FILE] [--listen ADDR] [--tls-cert-file F --tls-private-key-file F]
   cache-server shard --profile FILE --hash-shards FIRST-LAST --tls-cert-file F --tls-private-key-file F [--listen ADDR] [--metrics-listen ADDR]
-  cache-server front --profile FILE --topology FILE --shard-ca-file F --tls-cert-file F --tls-private-key-file F [--listen ADDR] [--metrics-listen ADDR]`
+  cache-server front --profile FILE --topology FILE --shard-ca-file F --tls-cert-file F --tls-private-key-file F [--shard-addresses-from NAMESPACE/SERVICE] [--listen ADDR] [--metrics-listen ADDR]`
 
 func main() {
 	roles := map[string]func([]string) error{"standalone": runStandalone, "shard": runShard, "front": runFront}
@@ -207,8 +208,16 @@ func runFront(args []string) error {
 	goawayChance := c.fs.Float64("goaway-chance", defaultFrontGoawayChance, "fraction of HTTP/2 requests after which the client (the apiserver's aggregator) is sent GOAWAY and reconnects, landing on a front the Service picks; as kube-apiserver's --goaway-chance, at most 0.02; 0 = never")
 	apiGroup := c.fs.String("api-group", "", "the profile's aggregated API group (<profile>.cache.cachetier.io); checked against the profile")
 	protobufCache := c.fs.Int64("protobuf-cache-bytes", encoding.DefaultCacheBytes, "memory for protobuf encodings of objects, kept for protobuf clients; messages of 64 KiB and more are never kept (streamed from the JSON); 0 = the default")
+	addressesFrom := c.fs.String("shard-addresses-from", "", "NAMESPACE/SERVICE: the shards' headless Service, whose EndpointSlices (watched on the apiserver) give the current address of each replica the topology names <pod>.SERVICE.NAMESPACE.svc, instead of cluster DNS, whose cache lags a replaced pod by its TTL; other names are looked up in DNS")
 	if err := c.setUp(args, true); err != nil {
 		return err
+	}
+	var addrNamespace, addrService string
+	if *addressesFrom != "" {
+		var ok bool
+		if addrNamespace, addrService, ok = strings.Cut(*addressesFrom, "/"); !ok || addrNamespace == "" || addrService == "" {
+			return fmt.Errorf("--shard-addresses-from %q is not NAMESPACE/SERVICE", *addressesFrom)
+		}
 	}
 	if *topoPath == "" || *shardCA == "" {
 		return fmt.Errorf("--topology and --shard-ca-file are required")
@@ -223,15 +232,23 @@ func runFront(args []string) error {
 	if err != nil {
 		return err
 	}
+	ctx, stop := signalContext()
+	defer stop()
+	var resolve func(string) (string, bool)
+	if addrService != "" {
+		kc, err := kubernetes.NewForConfig(c.upstream)
+		if err != nil {
+			return err
+		}
+		resolve = fleet.WatchReplicaAddresses(ctx, kc, addrNamespace, addrService, c.log.WithValues("role", "front")).Lookup
+	}
 	// Shards authorize the front like any caller: it presents the
 	// credentials it uses for the apiserver (in a pod, its ServiceAccount
 	// token), over TLS verified against the shards' CA bundle.
-	shardClient, err := fleet.NewHTTPClient(c.upstream, *shardCA)
+	shardClient, err := fleet.NewHTTPClient(c.upstream, *shardCA, resolve)
 	if err != nil {
 		return fmt.Errorf("shard client: %w", err)
 	}
-	ctx, stop := signalContext()
-	defer stop()
 	return frontrole.Run(ctx, frontrole.Config{
 		ProfileName: c.profile.Name, Spec: c.profile.Spec, Topology: topo, Upstream: c.upstream,
 		ShardClient: shardClient, Listener: c.listener, GetCertificate: c.getCertificate,

@@ -125,30 +125,32 @@ func WithDefaults(in *cachev1alpha1.CacheProfile) *cachev1alpha1.CacheProfile {
 // APIService are nil when not wanted (the APIService is then deleted; the
 // monitoring kinds are only unwanted when their CRD is gone).
 type Desired struct {
-	ServiceAccount     *corev1.ServiceAccount
-	ConfigMap          *corev1.ConfigMap
-	CASecret           *corev1.Secret
-	ServingSecret      *corev1.Secret
-	ShardsService      *corev1.Service
-	FrontService       *corev1.Service
-	Shards             []*appsv1.StatefulSet
-	ShardPDBs          []*policyv1.PodDisruptionBudget
-	Front              *appsv1.Deployment
-	FrontPDB           *policyv1.PodDisruptionBudget
-	ClusterRole        *rbacv1.ClusterRole
-	ClusterRoleBinding *rbacv1.ClusterRoleBinding
-	ReaderClusterRole  *rbacv1.ClusterRole
-	AuthReaderBinding  *rbacv1.RoleBinding
-	APIService         *apiregv1.APIService
-	ServiceMonitor     *unstructured.Unstructured
-	PrometheusRule     *unstructured.Unstructured
+	ServiceAccount      *corev1.ServiceAccount
+	ConfigMap           *corev1.ConfigMap
+	CASecret            *corev1.Secret
+	ServingSecret       *corev1.Secret
+	ShardsService       *corev1.Service
+	FrontService        *corev1.Service
+	Shards              []*appsv1.StatefulSet
+	ShardPDBs           []*policyv1.PodDisruptionBudget
+	Front               *appsv1.Deployment
+	FrontPDB            *policyv1.PodDisruptionBudget
+	ClusterRole         *rbacv1.ClusterRole
+	ClusterRoleBinding  *rbacv1.ClusterRoleBinding
+	ReaderClusterRole   *rbacv1.ClusterRole
+	AuthReaderBinding   *rbacv1.RoleBinding
+	ShardsReaderRole    *rbacv1.Role
+	ShardsReaderBinding *rbacv1.RoleBinding
+	APIService          *apiregv1.APIService
+	ServiceMonitor      *unstructured.Unstructured
+	PrometheusRule      *unstructured.Unstructured
 }
 
 // Objects lists the children in apply order: identity and configuration
 // before the workloads that use them, the APIService last so that it is
 // only registered once something can serve it.
 func (d *Desired) Objects() []client.Object {
-	out := []client.Object{d.ServiceAccount, d.ClusterRole, d.ClusterRoleBinding, d.ReaderClusterRole, d.AuthReaderBinding,
+	out := []client.Object{d.ServiceAccount, d.ClusterRole, d.ClusterRoleBinding, d.ReaderClusterRole, d.AuthReaderBinding, d.ShardsReaderRole, d.ShardsReaderBinding,
 		d.ConfigMap, d.CASecret, d.ServingSecret, d.ShardsService, d.FrontService}
 	for _, s := range d.Shards {
 		out = append(out, s)
@@ -178,17 +180,19 @@ func BuildDesired(in *cachev1alpha1.CacheProfile, opts Options, certs Certificat
 		return nil, err
 	}
 	d := &Desired{
-		ServiceAccount:     BuildServiceAccount(p, opts),
-		ConfigMap:          cm,
-		CASecret:           BuildCASecret(p, opts, certs),
-		ServingSecret:      BuildServingSecret(p, opts, certs),
-		ShardsService:      BuildShardsService(p, opts),
-		FrontService:       BuildFrontService(p, opts),
-		ClusterRole:        BuildClusterRole(p),
-		ClusterRoleBinding: BuildClusterRoleBinding(p, opts),
-		ReaderClusterRole:  BuildReaderClusterRole(p),
-		AuthReaderBinding:  BuildAuthReaderBinding(p, opts),
-		FrontPDB:           BuildPDB(p, opts, frontName(p), ComponentFront, selectorLabels(p, ComponentFront)),
+		ServiceAccount:      BuildServiceAccount(p, opts),
+		ConfigMap:           cm,
+		CASecret:            BuildCASecret(p, opts, certs),
+		ServingSecret:       BuildServingSecret(p, opts, certs),
+		ShardsService:       BuildShardsService(p, opts),
+		FrontService:        BuildFrontService(p, opts),
+		ClusterRole:         BuildClusterRole(p),
+		ClusterRoleBinding:  BuildClusterRoleBinding(p, opts),
+		ReaderClusterRole:   BuildReaderClusterRole(p),
+		AuthReaderBinding:   BuildAuthReaderBinding(p, opts),
+		ShardsReaderRole:    BuildShardsReaderRole(p, opts),
+		ShardsReaderBinding: BuildShardsReaderBinding(p, opts),
+		FrontPDB:            BuildPDB(p, opts, frontName(p), ComponentFront, selectorLabels(p, ComponentFront)),
 	}
 	profileHash, err := shardConfigHash(p)
 	if err != nil {
@@ -411,7 +415,8 @@ func probe(path string) *corev1.Probe {
 }
 
 // podSpec is shared by shards and front; podLabels select the pod's own
-// replica set for the default anti-affinity.
+// replica set (one shard's pods, or the fronts), which placement spreads
+// over nodes.
 func podSpec(p *cachev1alpha1.CacheProfile, opts Options, podLabels map[string]string, c corev1.Container, volumes []corev1.Volume) corev1.PodSpec {
 	image := p.Spec.Image
 	if image == "" {
@@ -425,20 +430,7 @@ func podSpec(p *cachev1alpha1.CacheProfile, opts Options, podLabels map[string]s
 	c.LivenessProbe = probe("/livez")
 	c.VolumeMounts = append([]corev1.VolumeMount{{Name: "config", MountPath: ConfigMountPath, ReadOnly: true}}, c.VolumeMounts...)
 	sched := p.Spec.Scheduling.DeepCopy()
-	affinity := sched.Affinity
-	if affinity == nil {
-		// Replicas of one shard (or of the front) are interchangeable: losing
-		// a node should not take all of them.
-		affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
-				Weight: 100,
-				PodAffinityTerm: corev1.PodAffinityTerm{
-					TopologyKey:   corev1.LabelHostname,
-					LabelSelector: &metav1.LabelSelector{MatchLabels: podLabels},
-				},
-			}},
-		}}
-	}
+	tolerations, spread := placement(*sched, podLabels)
 	return corev1.PodSpec{
 		ServiceAccountName:            serviceAccountName(p),
 		AutomountServiceAccountToken:  ptr.To(true), // the cache-server talks to the apiserver
@@ -449,9 +441,9 @@ func podSpec(p *cachev1alpha1.CacheProfile, opts Options, podLabels map[string]s
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(p)}},
 		}}}, volumes...),
 		NodeSelector:              sched.NodeSelector,
-		Tolerations:               sched.Tolerations,
-		Affinity:                  affinity,
-		TopologySpreadConstraints: sched.TopologySpreadConstraints,
+		Tolerations:               tolerations,
+		Affinity:                  sched.Affinity,
+		TopologySpreadConstraints: spread,
 		PriorityClassName:         sched.PriorityClassName,
 	}
 }
@@ -530,6 +522,9 @@ func BuildFrontDeployment(p *cachev1alpha1.CacheProfile, opts Options, configHas
 			"--tls-cert-file=" + TLSMountPath + "/" + corev1.TLSCertKey,
 			"--tls-private-key-file=" + TLSMountPath + "/" + corev1.TLSPrivateKeyKey,
 			"--shard-ca-file=" + TLSMountPath + "/" + TLSCAKey,
+			// Replicas' addresses from the shards' EndpointSlices, not
+			// cluster DNS (BuildShardsReaderRole says why).
+			"--shard-addresses-from=" + opts.Namespace + "/" + shardsServiceName(p),
 			fmt.Sprintf("--metrics-listen=0.0.0.0:%d", MetricsPort),
 		},
 		Ports: []corev1.ContainerPort{
@@ -568,8 +563,24 @@ func BuildFrontDeployment(p *cachev1alpha1.CacheProfile, opts Options, configHas
 	}
 }
 
-// BuildPDB allows voluntary disruption of one pod at a time per shard (and
-// for the front), so a drain never takes a whole shard down.
+// BuildPDB allows voluntary disruption (an eviction: kubectl drain, a
+// cluster autoscaler) of one pod at a time per shard and for the front, and
+// only while the others are ready: with two or more replicas a drain never
+// takes a shard's last ready replica; it waits, retrying, until the
+// replacement of the previous one is ready.
+//
+// With one replica (replicasPerShard or frontReplicas 1) there is nothing
+// to keep: maxUnavailable 1 lets the drain evict the only pod, and its
+// hash shards are unserved (reads of them wait, then answer 504) until the
+// replacement on another node has loaded them. A budget that protected it
+// (minAvailable 1) would make every drain of its node hang until someone
+// deletes the pod by hand, which is the same gap, later. Profiles that
+// must not have the gap run two replicas.
+//
+// Unhealthy pods may always be evicted (unhealthyPodEvictionPolicy
+// AlwaysAllow): a replica that never turns ready (a crash loop, a node
+// without the image) protects nothing, and under the default policy it
+// would block every drain of its node for as long as it is broken.
 func BuildPDB(p *cachev1alpha1.CacheProfile, opts Options, name, component string, selector map[string]string) *policyv1.PodDisruptionBudget {
 	m := objectMeta(p, opts.Namespace, name, component)
 	if v, ok := selector[LabelShard]; ok {
@@ -579,8 +590,9 @@ func BuildPDB(p *cachev1alpha1.CacheProfile, opts Options, name, component strin
 		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
 		ObjectMeta: m,
 		Spec: policyv1.PodDisruptionBudgetSpec{
-			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
-			Selector:       &metav1.LabelSelector{MatchLabels: selector},
+			MaxUnavailable:             ptr.To(intstr.FromInt32(1)),
+			Selector:                   &metav1.LabelSelector{MatchLabels: selector},
+			UnhealthyPodEvictionPolicy: ptr.To(policyv1.AlwaysAllow),
 		},
 	}
 }
@@ -700,6 +712,31 @@ func BuildAuthReaderBinding(p *cachev1alpha1.CacheProfile, opts Options) *rbacv1
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
 		ObjectMeta: objectMeta(p, AuthReaderNamespace, authReaderBindingName(p), ComponentAuth),
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: AuthReaderRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: serviceAccountName(p), Namespace: opts.Namespace}},
+	}
+}
+
+// BuildShardsReaderRole lets the fronts read the EndpointSlices of their
+// own namespace — where the shards' headless Service's say each replica's
+// current address (--shard-addresses-from): cluster DNS, whose cache lags
+// a replaced pod by its TTL (30 s with kubeadm's CoreDNS), left a shard
+// unreachable from the fronts while both its replicas were Ready. The
+// namespace only, and EndpointSlices only.
+func BuildShardsReaderRole(p *cachev1alpha1.CacheProfile, opts Options) *rbacv1.Role {
+	return &rbacv1.Role{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+		ObjectMeta: objectMeta(p, opts.Namespace, shardsReaderName(p), ComponentAuth),
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}}},
+	}
+}
+
+// BuildShardsReaderBinding binds BuildShardsReaderRole to the profile's
+// ServiceAccount.
+func BuildShardsReaderBinding(p *cachev1alpha1.CacheProfile, opts Options) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+		ObjectMeta: objectMeta(p, opts.Namespace, shardsReaderName(p), ComponentAuth),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: shardsReaderName(p)},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: serviceAccountName(p), Namespace: opts.Namespace}},
 	}
 }

@@ -151,8 +151,8 @@ func TestBuildDesiredShapes(t *testing.T) {
 			t.Errorf("pod template lacks selector label %s=%s", k, v)
 		}
 	}
-	if aff := s1.Spec.Template.Spec.Affinity; aff == nil || aff.PodAntiAffinity == nil {
-		t.Error("default anti-affinity missing")
+	if hostnameSpread(s1.Spec.Template.Spec) == nil {
+		t.Error("default spread over nodes missing")
 	}
 	if pdb := d.ShardPDBs[1]; pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.Selector.MatchLabels[LabelShard] != "1" {
 		t.Errorf("shard PDB: %+v", pdb.Spec)
@@ -239,8 +239,11 @@ func TestBuildDesiredOptionalParts(t *testing.T) {
 		t.Fatalf("ServiceMonitor: %v", d.ServiceMonitor)
 	}
 	for _, spec := range []corev1.PodSpec{d.Shards[0].Spec.Template.Spec, d.Front.Spec.Template.Spec} {
-		if spec.NodeSelector["pool"] != "cache" || len(spec.Tolerations) != 1 || spec.Affinity.NodeAffinity == nil ||
-			spec.Affinity.PodAntiAffinity != nil || len(spec.TopologySpreadConstraints) != 1 || spec.PriorityClassName != "high" {
+		// The profile's scheduling, with the operator's node-loss
+		// tolerations and spread over nodes after it (placement.go).
+		if spec.NodeSelector["pool"] != "cache" || len(spec.Tolerations) != 3 || spec.Tolerations[0].Key != "dedicated" || spec.Affinity.NodeAffinity == nil ||
+			spec.Affinity.PodAntiAffinity != nil || len(spec.TopologySpreadConstraints) != 2 ||
+			spec.TopologySpreadConstraints[0].TopologyKey != "topology.kubernetes.io/zone" || spec.PriorityClassName != "high" {
 			t.Errorf("scheduling not copied: %+v", spec)
 		}
 		if spec.Containers[0].Image != "example.com/custom:v2" {
@@ -441,5 +444,34 @@ func TestValidateSpec(t *testing.T) {
 		if ValidateSpec(p) == "" {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestFrontsReadShardAddressesFromTheirNamespaceOnly: the fronts are told
+// to resolve shard replicas from the shards' headless Service, and the
+// fleet's ServiceAccount may read exactly the EndpointSlices of its own
+// namespace for that.
+func TestFrontsReadShardAddressesFromTheirNamespaceOnly(t *testing.T) {
+	p := testProfile()
+	d, err := BuildDesired(p, testOpts, testCerts(t, p), Monitoring{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "--shard-addresses-from=cachetier-system/" + d.ShardsService.Name
+	if !slices.Contains(d.Front.Spec.Template.Spec.Containers[0].Args, want) {
+		t.Errorf("front args %v lack %s", d.Front.Spec.Template.Spec.Containers[0].Args, want)
+	}
+	r, b := d.ShardsReaderRole, d.ShardsReaderBinding
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}}}
+	if r.Namespace != testOpts.Namespace || !equality.Semantic.DeepEqual(r.Rules, wantRules) {
+		t.Errorf("role %s/%s: %+v", r.Namespace, r.Name, r.Rules)
+	}
+	if b.Namespace != testOpts.Namespace || b.RoleRef.Kind != "Role" || b.RoleRef.Name != r.Name ||
+		len(b.Subjects) != 1 || b.Subjects[0].Name != d.ServiceAccount.Name || b.Subjects[0].Namespace != testOpts.Namespace {
+		t.Errorf("binding %+v", b)
+	}
+	objs := d.Objects()
+	if i, j := slices.Index(objs, client.Object(r)), slices.Index(objs, client.Object(d.Front)); i < 0 || j < 0 || i > j {
+		t.Errorf("the role is applied at %d, the front at %d: the fronts would start without it", i, j)
 	}
 }

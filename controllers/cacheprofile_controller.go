@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -68,6 +69,8 @@ type CacheProfileReconciler struct {
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles,verbs=bind,resourceNames=extension-apiserver-authentication-reader,namespace=kube-system
 // +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
+// Nodes: which of them the fleet's pods are bound to have been lost (nodeloss.go).
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // Events about cluster-scoped profiles are recorded in the default namespace.
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -81,7 +84,9 @@ func ManagedSelector() labels.Selector {
 // CacheOptions restricts the manager's cache for the child kinds to the
 // objects it manages, and namespaced kinds to the namespaces it writes to
 // (the workload namespace, kube-system for the auth-reader RoleBinding). The
-// RBAC in config/rbac grants exactly these namespaces.
+// RBAC in config/rbac grants exactly these namespaces. The fleets' pods are
+// cached (their labels carry the managed-by label too) and every Node,
+// without its image list, which is most of a Node's size.
 func CacheOptions(workloadNamespace string) cache.Options {
 	sel := ManagedSelector()
 	cluster := cache.ByObject{Label: sel}
@@ -94,11 +99,26 @@ func CacheOptions(workloadNamespace string) cache.Options {
 		&corev1.ConfigMap{}:             ns,
 		&corev1.Secret{}:                ns,
 		&policyv1.PodDisruptionBudget{}: ns,
-		&rbacv1.RoleBinding{}:           {Label: sel, Namespaces: map[string]cache.Config{AuthReaderNamespace: {}}},
+		&rbacv1.RoleBinding{}:           {Label: sel, Namespaces: map[string]cache.Config{AuthReaderNamespace: {}, workloadNamespace: {}}},
+		&rbacv1.Role{}:                  ns,
 		&rbacv1.ClusterRole{}:           cluster,
 		&rbacv1.ClusterRoleBinding{}:    cluster,
 		&apiregv1.APIService{}:          cluster,
+		&corev1.Pod{}:                   ns,
+		&corev1.Node{}:                  {Transform: slimNode},
 	}}
+}
+
+// slimNode keeps what nodeState reads (taints, conditions) and the
+// metadata; images, addresses and the rest of the status go.
+func slimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	n.ManagedFields = nil
+	n.Status = corev1.NodeStatus{Conditions: n.Status.Conditions}
+	return n, nil
 }
 
 // AddToScheme registers every type the reconciler reads or writes.
@@ -122,13 +142,66 @@ func (r *CacheProfileReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.ClusterRole{}).
 		Owns(&rbacv1.ClusterRoleBinding{}).
 		Owns(&rbacv1.RoleBinding{}).
+		Owns(&rbacv1.Role{}).
 		Owns(&apiregv1.APIService{}).
 		// The ServiceMonitor and PrometheusRule appear or go with the
 		// Prometheus Operator's CRDs: re-evaluate every profile when one
 		// changes.
 		WatchesMetadata(crd, handler.EnqueueRequestsFromMapFunc(r.allProfiles),
 			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return isMonitoringCRD(o.GetName()) }))).
+		// A fleet pod placed on a node or evicted by Kubernetes
+		// (nodeloss.go): its profile.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(profileOfPod), builder.WithPredicates(podPlacedOrTerminating)).
+		// A node lost or back: every profile (nodes change rarely; a
+		// profile whose pods are elsewhere reconciles to no change).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allProfiles), builder.WithPredicates(nodeHealthChanged)).
 		Complete(r)
+}
+
+func profileOfPod(_ context.Context, o client.Object) []reconcile.Request {
+	if name := o.GetLabels()[LabelProfile]; name != "" {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
+	}
+	return nil
+}
+
+// podPlacedOrTerminating passes a fleet pod that appeared, was bound to a
+// node, turned terminating or went — what can put a pod on a lost node,
+// make it one to delete, or take it off — not its status updates.
+var podPlacedOrTerminating = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return true },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Pod)
+		n, ok2 := e.ObjectNew.(*corev1.Pod)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return o.Spec.NodeName != n.Spec.NodeName || (o.DeletionTimestamp == nil && n.DeletionTimestamp != nil)
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return true },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// nodeHealthChanged passes a node that appeared or went, whose Ready
+// condition changed status, or whose taints changed — not its heartbeats.
+var nodeHealthChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Node)
+		n, ok2 := e.ObjectNew.(*corev1.Node)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return readyStatus(o) != readyStatus(n) || !equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints)
+	},
+}
+
+func readyStatus(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
 }
 
 func (r *CacheProfileReconciler) allProfiles(ctx context.Context, _ client.Object) []reconcile.Request {
@@ -209,6 +282,9 @@ func (r *CacheProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request
 
 	obs, err := r.observe(ctx, &p, desired)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if obs.NodeProblems, err = r.handleNodeLoss(ctx, &p); err != nil {
 		return ctrl.Result{}, err
 	}
 	// drainWait > 0: only the time bound of frontDrained keeps the surplus
@@ -389,6 +465,64 @@ func (r *CacheProfileReconciler) observe(ctx context.Context, p *cachev1alpha1.C
 	return obs, nil
 }
 
+// handleNodeLoss deletes the fleet's pods that Kubernetes evicted from an
+// unreachable node and returns the nodes that are not Ready with fleet pods
+// on them (see nodeloss.go).
+func (r *CacheProfileReconciler) handleNodeLoss(ctx context.Context, p *cachev1alpha1.CacheProfile) ([]NodeProblem, error) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(r.Options.Namespace),
+		client.MatchingLabels{LabelProfile: p.Name, LabelManagedBy: ManagedByValue}); err != nil {
+		return nil, err
+	}
+	nodes := map[string]*corev1.Node{}
+	for _, pod := range pods.Items {
+		name := pod.Spec.NodeName
+		if _, seen := nodes[name]; seen || name == "" {
+			continue
+		}
+		var n corev1.Node
+		switch err := r.Client.Get(ctx, client.ObjectKey{Name: name}, &n); {
+		case apierrors.IsNotFound(err):
+			nodes[name] = nil
+		case err != nil:
+			return nil, err
+		default:
+			nodes[name] = &n
+		}
+	}
+	loss := FindNodeLoss(pods.Items, nodes)
+	logger := log.FromContext(ctx)
+	deleted := map[types.UID]bool{}
+	for _, lp := range loss.Delete {
+		pod := lp.Pod
+		err := r.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			continue // gone already, or a new pod of the same name
+		}
+		if err != nil {
+			return nil, fmt.Errorf("deleting pod %s left on unreachable node %s: %w", pod.Name, pod.Spec.NodeName, err)
+		}
+		why := fmt.Sprintf("deleted pod %s of %s from node %s, unreachable since %s: Kubernetes evicted it, and its kubelet cannot complete the deletion; it is replaced on another node",
+			pod.Name, lp.Part, pod.Spec.NodeName, lp.Since.UTC().Format(time.RFC3339))
+		logger.Info("deleted a fleet pod left on an unreachable node", "pod", pod.Name, "part", lp.Part, "node", pod.Spec.NodeName,
+			"unreachableSince", lp.Since, "evictedAt", pod.DeletionTimestamp)
+		r.Metrics.LostPodDeleted(p.Name, lp.Component)
+		// The pod as the related object: events.k8s.io's recorder merges
+		// events that differ only in their note into one series, which
+		// would name the first pod deleted and count the others.
+		if r.Recorder != nil {
+			r.Recorder.Eventf(p, pod, corev1.EventTypeWarning, "LostPodDeleted", "Delete", "%s", why)
+		}
+		deleted[pod.UID] = true
+	}
+	if len(deleted) == 0 {
+		return loss.Problems, nil
+	}
+	// The status describes the pods that are left.
+	left := slices.DeleteFunc(pods.Items, func(pod corev1.Pod) bool { return deleted[pod.UID] })
+	return FindNodeLoss(left, nodes).Problems, nil
+}
+
 // shardsSettled: every desired shard runs the current spec with all its
 // replicas ready, so the hash shards of surplus shards have a ready home,
 // and every front replica runs the current topology, so no front reads a
@@ -536,7 +670,7 @@ func childLists() []client.ObjectList {
 	return []client.ObjectList{
 		&appsv1.StatefulSetList{}, &appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ServiceAccountList{},
 		&corev1.ConfigMapList{}, &corev1.SecretList{}, &policyv1.PodDisruptionBudgetList{},
-		&rbacv1.ClusterRoleList{}, &rbacv1.ClusterRoleBindingList{}, &rbacv1.RoleBindingList{}, &apiregv1.APIServiceList{},
+		&rbacv1.ClusterRoleList{}, &rbacv1.ClusterRoleBindingList{}, &rbacv1.RoleBindingList{}, &rbacv1.RoleList{}, &apiregv1.APIServiceList{},
 	}
 }
 

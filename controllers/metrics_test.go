@@ -31,7 +31,14 @@ func TestProfileMetrics(t *testing.T) {
 	// Scale-down: fleet-shard-2 goes away and must not stay at its last value.
 	st.Shards = st.Shards[:2]
 	m.Observe("fleet", st)
+	m.LostPodDeleted("fleet", ComponentShard)
 	want := `
+# HELP cachetier_profile_lost_pods_deleted_total Fleet pods the operator deleted (grace period 0) after Kubernetes evicted them from an unreachable node, whose kubelet cannot complete the deletion: a StatefulSet replaces such a pod only once it is gone. By component (shard, front).
+# TYPE cachetier_profile_lost_pods_deleted_total counter
+cachetier_profile_lost_pods_deleted_total{component="front",profile="fleet"} 0
+cachetier_profile_lost_pods_deleted_total{component="front",profile="other"} 0
+cachetier_profile_lost_pods_deleted_total{component="shard",profile="fleet"} 1
+cachetier_profile_lost_pods_deleted_total{component="shard",profile="other"} 0
 # HELP cachetier_profile_condition A CacheProfile's status conditions (Available, Progressing, Degraded): 1 when True, 0 otherwise.
 # TYPE cachetier_profile_condition gauge
 cachetier_profile_condition{profile="fleet",type="Available"} 0
@@ -46,8 +53,8 @@ cachetier_profile_shard_ready_replicas{profile="other",shard="other-shard-0"} 1
 		t.Fatal(err)
 	}
 	m.Forget("fleet")
-	if n := testutil.CollectAndCount(reg); n != 1 {
-		t.Fatalf("%d series after forgetting fleet, want other's 1", n)
+	if n := testutil.CollectAndCount(reg); n != 3 {
+		t.Fatalf("%d series after forgetting fleet, want other's 3", n)
 	}
 	var none *ProfileMetrics
 	none.Observe("fleet", st) // a reconciler without metrics

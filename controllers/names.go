@@ -112,6 +112,7 @@ func servingSecretName(p *cachev1alpha1.CacheProfile) string { return p.Name + "
 func clusterRoleName(p *cachev1alpha1.CacheProfile) string {
 	return "cachetier:" + p.Name + ":cache-server"
 }
+func shardsReaderName(p *cachev1alpha1.CacheProfile) string { return p.Name + "-shards-reader" }
 
 // readerClusterRoleName names the ClusterRole users are bound to (or get
 // through view/edit/admin) to read through the profile's aggregated paths.

@@ -24,6 +24,7 @@ const (
 	ReasonFrontUnavailable      = "FrontUnavailable"
 	ReasonFrontUnready          = "FrontUnready"
 	ReasonAPIServiceUnavailable = "APIServiceUnavailable"
+	ReasonNodeUnavailable       = "NodeUnavailable"
 	ReasonRollingOut            = "RollingOut"
 	ReasonShardCountChanging    = "ShardCountChanging"
 	ReasonRolloutComplete       = "RolloutComplete"
@@ -45,6 +46,8 @@ type Observed struct {
 	InvalidSpec string
 	// ApplyError names the child that could not be written and why.
 	ApplyError string
+	// NodeProblems are nodes that are not Ready with fleet pods on them.
+	NodeProblems []NodeProblem
 }
 
 // statefulSetRollingOut: the controller has not caught up with the spec, or
@@ -197,6 +200,10 @@ func ComputeStatus(in *cachev1alpha1.CacheProfile, opts Options, obs Observed, n
 	}
 	if obs.ApplyError != "" {
 		add(ReasonApplyFailed, obs.ApplyError)
+	}
+	// A lost node first: it is the cause of the unready replicas below.
+	if len(obs.NodeProblems) > 0 {
+		add(ReasonNodeUnavailable, nodeProblemMessage(obs.NodeProblems))
 	}
 	if len(unready) > 0 {
 		add(ReasonShardUnready, "shards with unready replicas: "+strings.Join(unready, ", ")+" (look at: "+inspect(opts, unreadyNames...)+")")

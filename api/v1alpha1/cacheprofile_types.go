@@ -95,18 +95,25 @@ type Scheduling struct {
 	// NodeSelector is copied to every cache-server pod.
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
-	// Tolerations are copied to every cache-server pod.
+	// Tolerations are copied to every cache-server pod. Unless they
+	// tolerate node.kubernetes.io/unreachable or not-ready (NoExecute)
+	// themselves, the operator adds tolerations of both for 30 s (instead
+	// of Kubernetes' 300 s): a pod on a lost node is evicted, and replaced
+	// elsewhere, soon after the node is found lost.
 	// +optional
 	// +listType=atomic
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
-	// Affinity is copied to every cache-server pod. When unset the operator
-	// adds a preferred pod anti-affinity so that replicas of one shard do
-	// not share a node.
+	// Affinity is copied to every cache-server pod.
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
 	// TopologySpreadConstraints are copied to every cache-server pod. Their
 	// labelSelector should use the labels app.kubernetes.io/instance (the
 	// profile name) and app.kubernetes.io/component (shard or front).
+	// Unless one of them spreads over kubernetes.io/hostname, the operator
+	// adds one per shard and one for the fronts (maxSkew 1, DoNotSchedule,
+	// nodeTaintsPolicy Honor): replicas of one shard, and the fronts, on
+	// different nodes whenever there are enough schedulable nodes, spread
+	// evenly otherwise, and never held Pending on a one-node cluster.
 	// +optional
 	// +listType=atomic
 	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`

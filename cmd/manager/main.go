@@ -81,6 +81,10 @@ func run(metricsAddr string, secureMetrics bool, probeAddr string, leaderElect b
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "cachetier-operator.cachetier.io",
+		// A leader that stops (a drain, a rollout) hands the lease over
+		// instead of leaving the other replica to wait for it to expire:
+		// the process exits right after, so nothing reconciles twice.
+		LeaderElectionReleaseOnCancel: true,
 		// The lease lives with the operator, not in the default namespace.
 		LeaderElectionNamespace: namespace,
 	})

@@ -310,6 +310,8 @@ func TestCacheProfileLifecycle(t *testing.T) {
 		})
 	})
 
+	t.Run("lost node", func(t *testing.T) { testLostNode(t, h) })
+
 	t.Run("apiservice deleted is recreated; unreachable front is degraded", func(t *testing.T) {
 		var a apiregv1.APIService
 		if err := c.Get(ctx, key("", "v1alpha1.fleet.cache.cachetier.io"), &a); err != nil {

@@ -151,7 +151,11 @@ func gatherSeries(h *harness) (map[string]float64, error) {
 			for _, l := range m.GetLabel() {
 				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
 			}
-			out[mf.GetName()+"{"+strings.Join(labels, ",")+"}"] = m.GetGauge().GetValue()
+			v := m.GetGauge().GetValue()
+			if m.Counter != nil {
+				v = m.GetCounter().GetValue()
+			}
+			out[mf.GetName()+"{"+strings.Join(labels, ",")+"}"] = v
 		}
 	}
 	return out, nil

@@ -1,23 +1,15 @@
 package install
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"reflect"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
+
+	"github.com/cachetier/cachetier/e2e/internal/clients"
 )
 
 // items parses `kubectl ... -o json` into its items by namespace/name.
@@ -111,122 +103,14 @@ func jsonEqual(a, b json.RawMessage) bool {
 	return reflect.DeepEqual(x, y)
 }
 
-// state is key → resourceVersion.
-type state map[string]string
-
-func diffStates(want, got state) string {
-	var d []string
-	for k, v := range want {
-		if got[k] != v {
-			d = append(d, fmt.Sprintf("%s: want rv %s, got %q", k, v, got[k]))
-		}
-	}
-	for k, v := range got {
-		if _, ok := want[k]; !ok {
-			d = append(d, fmt.Sprintf("%s: unexpected (rv %s)", k, v))
-		}
-	}
-	sort.Strings(d)
-	if len(d) > 10 {
-		d = append(d[:10], fmt.Sprintf("... %d more", len(d)-10))
-	}
-	return strings.Join(d, "\n")
-}
-
-func storeState(s cache.Store) state {
-	out := state{}
-	for _, o := range s.List() {
-		if m, ok := o.(metav1.Object); ok {
-			out[m.GetNamespace()+"/"+m.GetName()] = m.GetResourceVersion()
-		}
-	}
-	return out
-}
-
-// truth is what the apiserver holds of what the sample profile caches:
-// every pod, and the configmaps of the cached namespaces.
-func (e *env) truth(ctx context.Context) (pods, configMaps state, err error) {
-	pods, configMaps = state{}, state{}
-	pl, err := e.kc.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, p := range pl.Items {
-		pods[p.Namespace+"/"+p.Name] = p.ResourceVersion
-	}
-	for _, ns := range cachedNamespaces {
-		cl, err := e.kc.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, cm := range cl.Items {
-			configMaps[cm.Namespace+"/"+cm.Name] = cm.ResourceVersion
-		}
-	}
-	return pods, configMaps, nil
-}
-
-// readers are informers reading through the tier: typed configmaps and
-// metadata-only pods, as a controller and a node agent would.
-type readers struct {
-	cancel       context.CancelFunc
-	typed        informers.SharedInformerFactory
-	meta         metadatainformer.SharedInformerFactory
-	configMaps   cache.SharedIndexInformer
-	podsMetadata cache.SharedIndexInformer
-}
-
-func startReaders(t *testing.T, tier *rest.Config) *readers {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &readers{cancel: cancel}
-	r.typed = informers.NewSharedInformerFactory(kubernetes.NewForConfigOrDie(tier), 0)
-	r.configMaps = r.typed.Core().V1().ConfigMaps().Informer()
-	r.meta = metadatainformer.NewSharedInformerFactory(metadata.NewForConfigOrDie(tier), 0)
-	r.podsMetadata = r.meta.ForResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}).Informer()
-	r.typed.Start(ctx.Done())
-	r.meta.Start(ctx.Done())
-	sctx, scancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer scancel()
-	if !cache.WaitForCacheSync(sctx.Done(), r.configMaps.HasSynced, r.podsMetadata.HasSynced) {
-		r.stop()
-		t.Fatal("informers through the tier did not sync within 2 minutes")
-	}
-	return r
-}
-
-func (r *readers) stop() {
-	r.cancel()
-	r.typed.Shutdown()
-	r.meta.Shutdown()
+// startReaders starts informers through the tier (clients.Informers).
+func startReaders(t *testing.T, tier *rest.Config) *clients.Informers {
+	return clients.StartInformers(t, tier)
 }
 
 // waitSame polls until the informers hold exactly what the apiserver holds,
 // key by key and resourceVersion by resourceVersion.
-func (e *env) waitSame(t *testing.T, r *readers, timeout time.Duration) {
+func (e *env) waitSame(t *testing.T, r *clients.Informers, timeout time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	for {
-		pods, cms, err := e.truth(ctx)
-		bad := ""
-		if err != nil {
-			bad = err.Error()
-		} else {
-			if d := diffStates(cms, storeState(r.configMaps.GetStore())); d != "" {
-				bad += "typed configmaps informer:\n" + d + "\n"
-			}
-			if d := diffStates(pods, storeState(r.podsMetadata.GetStore())); d != "" {
-				bad += "metadata pods informer:\n" + d + "\n"
-			}
-		}
-		if bad == "" {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("informers through the tier differ from the apiserver after %s:\n%s", timeout, bad)
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+	r.WaitSame(t, e.kc, cachedNamespaces, timeout)
 }

@@ -10,24 +10,19 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	cachev1alpha1 "github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/e2e/internal/clients"
 	"github.com/cachetier/cachetier/hack/nodeinstall"
 )
 
@@ -284,61 +279,10 @@ func (e *env) informersBothWays(t *testing.T, tier string) {
 		t.Run(fmt.Sprintf("WatchListClient=%v", watchList), func(t *testing.T) {
 			clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, watchList)
 			r := startReaders(t, restConfig(t, tier))
-			defer r.stop()
+			defer r.Stop()
 			e.waitSame(t, r, time.Minute)
 		})
 	}
-}
-
-// writer changes configmaps of the cached namespaces until stopped: updates,
-// creations and deletions, a few per second.
-type writer struct {
-	stop   context.CancelFunc
-	done   chan struct{}
-	writes atomic.Int64
-	errs   atomic.Int64
-}
-
-func (e *env) startWriter(t *testing.T) *writer {
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &writer{stop: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		tick := time.NewTicker(150 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			ns := cachedNamespaces[i%len(cachedNamespaces)]
-			var err error
-			switch i % 3 {
-			case 0:
-				var cm *corev1.ConfigMap
-				if cm, err = e.kc.CoreV1().ConfigMaps(ns).Get(ctx, fmt.Sprintf("cm-%03d", i%nodeinstall.ConfigMapsPerNamespace), metav1.GetOptions{}); err == nil {
-					cm.Data["value"] = fmt.Sprintf("write-%d", i)
-					_, err = e.kc.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
-				}
-			case 1:
-				_, err = e.kc.CoreV1().ConfigMaps(ns).Create(ctx, nodeinstall.SampleConfigMap(fmt.Sprintf("w-%05d", i), i), metav1.CreateOptions{})
-			case 2:
-				err = e.kc.CoreV1().ConfigMaps(ns).Delete(ctx, fmt.Sprintf("w-%05d", i-4), metav1.DeleteOptions{})
-			}
-			if err != nil && ctx.Err() == nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-				w.errs.Add(1)
-			} else if err == nil {
-				w.writes.Add(1)
-			}
-		}
-	}()
-	return w
-}
-
-func (w *writer) halt() {
-	w.stop()
-	<-w.done
 }
 
 // faults: what happens to a fleet in production, with informers reading
@@ -346,9 +290,9 @@ func (w *writer) halt() {
 // the informers must hold exactly what the apiserver holds.
 func (e *env) faults(t *testing.T, tier string) {
 	r := startReaders(t, restConfig(t, tier))
-	defer r.stop()
-	w := e.startWriter(t)
-	defer w.halt()
+	defer r.Stop()
+	w := clients.StartWriter(e.kc, cachedNamespaces)
+	defer w.Halt()
 	ctx := context.Background()
 
 	t.Run("delete a shard pod", func(t *testing.T) {
@@ -372,27 +316,28 @@ func (e *env) faults(t *testing.T, tier string) {
 		}
 		// Reads through the aggregator go on while a front goes away: the
 		// other front answers them all.
-		reads := startLister(t, restConfig(t, tier))
-		defer reads.stop()
+		reads := clients.StartReads(restConfig(t, tier), cachedNamespaces)
+		defer reads.Stop()
 		if err := e.kc.CoreV1().Pods(operatorNamespace).Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		e.waitFrontPodGone(t, pods.Items[0].Name)
 		e.waitProfile(t, "Available again", 3*time.Minute, settled)
-		ok, failed := reads.stop()
-		t.Logf("consistent LISTs through the tier while a front was replaced: %d answered (slowest %s), failures by message: %v", ok, reads.slowest, failed)
+		res := reads.Stop()
+		ok, failed := res.OK, res.Failed
+		t.Logf("consistent reads through the tier while a front was replaced: %s", res)
 		if len(failed) > 0 || ok == 0 {
 			t.Errorf("reads failed while a front pod was deleted (%d answered): %v", ok, failed)
 		}
 	})
 	t.Run("scale shards 2 to 3 to 2", func(t *testing.T) {
-		var reads *lister
+		var reads *clients.Reads
 		for _, n := range []int{3, 2} {
 			if n == 2 {
 				// Reads keep going through the tier while it shrinks; no
 				// front may be left dialling the shard that is removed.
-				reads = startLister(t, restConfig(t, tier))
-				defer reads.stop()
+				reads = clients.StartReads(restConfig(t, tier), cachedNamespaces)
+				defer reads.Stop()
 			}
 			e.patchProfile(t, map[string]any{"shards": n})
 			p := e.waitProfile(t, fmt.Sprintf("Available with %d shards", n), 6*time.Minute, func(p *cachev1alpha1.CacheProfile) (string, bool) {
@@ -402,9 +347,9 @@ func (e *env) faults(t *testing.T, tier string) {
 			e.waitStatefulSets(t, n)
 			t.Logf("shards %d: %s", n, p.Status.Ready)
 		}
-		ok, failed := reads.stop()
-		t.Logf("consistent LISTs through the tier while the fleet shrank: %d answered (slowest %s), failures by message: %v", ok, reads.slowest, failed)
-		for msg := range failed {
+		res := reads.Stop()
+		t.Logf("consistent reads through the tier while the fleet shrank: %s", res)
+		for msg := range res.Failed {
 			if strings.Contains(msg, profileName+"-shard-2 is unreachable") {
 				t.Errorf("a front read the removed shard: %s", msg)
 			}
@@ -418,12 +363,14 @@ func (e *env) faults(t *testing.T, tier string) {
 		e.waitPodsCreatedSince(t, changed)
 	})
 	t.Run("kill the manager mid-reconcile", func(t *testing.T) {
-		pods, err := e.kc.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=manager"})
-		if err != nil || len(pods.Items) != 1 {
-			t.Fatalf("manager pods: %d, %v", len(pods.Items), err)
+		// The leader, of config/default's two replicas: the other takes
+		// over once the killed one's lease expires.
+		leader, err := e.in.Leader(ctx)
+		if err != nil {
+			t.Fatalf("leader: %v", err)
 		}
 		e.patchProfile(t, map[string]any{"frontReplicas": 3})
-		if err := e.kc.CoreV1().Pods(operatorNamespace).Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		if err := e.kc.CoreV1().Pods(operatorNamespace).Delete(ctx, leader.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 			t.Fatal(err)
 		}
 		p := e.waitProfile(t, "Available with 3 fronts", 5*time.Minute, func(p *cachev1alpha1.CacheProfile) (string, bool) {
@@ -460,57 +407,16 @@ func (e *env) faults(t *testing.T, tier string) {
 		})
 	})
 
-	w.halt()
-	if w.writes.Load() == 0 || w.errs.Load() > w.writes.Load()/10 {
-		t.Fatalf("writer: %d writes, %d errors", w.writes.Load(), w.errs.Load())
+	w.Halt()
+	if w.Writes.Load() == 0 || w.Errs.Load() > w.Writes.Load()/10 {
+		t.Fatalf("writer: %d writes, %d errors", w.Writes.Load(), w.Errs.Load())
 	}
 	e.waitSame(t, r, 2*time.Minute)
-	t.Logf("informers equal to the apiserver after the faults (%d writes during them)", w.writes.Load())
+	t.Logf("informers equal to the apiserver after the faults (%d writes during them)", w.Writes.Load())
 	// The profile caches configmaps of the labelled namespaces only.
 	for _, ns := range cachedNamespaces {
 		e.compareJSON(t, e.kubeconfig, tier, "get", "configmaps", "-n", ns)
 	}
-}
-
-// lister sends consistent LISTs of configmaps through the tier until
-// stopped and counts what failed, by message.
-type lister struct {
-	cancel  context.CancelFunc
-	done    chan struct{}
-	ok      int
-	failed  map[string]int
-	slowest time.Duration
-}
-
-func startLister(t *testing.T, tier *rest.Config) *lister {
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &lister{cancel: cancel, done: make(chan struct{}), failed: map[string]int{}}
-	kc := kubernetes.NewForConfigOrDie(tier)
-	go func() {
-		defer close(l.done)
-		for ctx.Err() == nil {
-			start := time.Now()
-			_, err := kc.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-			if took := time.Since(start); took > l.slowest && ctx.Err() == nil {
-				l.slowest = took
-			}
-			switch {
-			case err == nil:
-				l.ok++
-			case ctx.Err() == nil:
-				l.failed[err.Error()]++
-			}
-			time.Sleep(300 * time.Millisecond)
-		}
-	}()
-	return l
-}
-
-// stop ends the reads (once; later calls return the same counts).
-func (l *lister) stop() (ok int, failed map[string]int) {
-	l.cancel()
-	<-l.done
-	return l.ok, l.failed
 }
 
 func allShardsReady(p *cachev1alpha1.CacheProfile) bool {
@@ -647,48 +553,7 @@ func (e *env) frontServedSerial(ctx context.Context) string {
 // deleteProfile: deleting the profile removes every child, cluster-scoped
 // ones and the kube-system RoleBinding included, and the fleet's pods.
 func (e *env) deleteProfile(t *testing.T) {
-	e.mustKubectl(t, e.kubeconfig, "delete", "-k", e.root+"/config/samples", "--wait=true", "--timeout=3m")
-	ctx := context.Background()
-	dc := dynamic.NewForConfigOrDie(e.admin)
-	kinds := []struct {
-		gvr        schema.GroupVersionResource
-		namespaced bool
-	}{
-		{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}, true},
-		{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, true},
-		{schema.GroupVersionResource{Version: "v1", Resource: "pods"}, true},
-		{schema.GroupVersionResource{Version: "v1", Resource: "services"}, true},
-		{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, true},
-		{schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, true},
-		{schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}, true},
-		{schema.GroupVersionResource{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}, true},
-		{schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}, true},
-		{schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}, false},
-		{schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"}, false},
-		{schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}, false},
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		var left []string
-		for _, k := range kinds {
-			var ri dynamic.ResourceInterface = dc.Resource(k.gvr)
-			if k.namespaced {
-				ri = dc.Resource(k.gvr).Namespace(metav1.NamespaceAll)
-			}
-			list, err := ri.List(ctx, metav1.ListOptions{LabelSelector: "cachetier.io/profile=" + profileName})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, it := range list.Items {
-				left = append(left, fmt.Sprintf("%s %s/%s", k.gvr.Resource, it.GetNamespace(), it.GetName()))
-			}
-		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("children left after the profile was deleted:\n%s", strings.Join(left, "\n"))
-		}
-		time.Sleep(time.Second)
+	if err := e.in.DeleteSample(context.Background(), 3*time.Minute); err != nil {
+		t.Fatal(err)
 	}
 }

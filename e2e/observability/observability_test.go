@@ -14,6 +14,7 @@ import (
 
 	"github.com/cachetier/cachetier/hack/cluster"
 	"github.com/cachetier/cachetier/hack/dashboard"
+	"github.com/cachetier/cachetier/hack/nodeinstall"
 	"github.com/cachetier/cachetier/hack/promrun"
 	"github.com/cachetier/cachetier/internal/alerts"
 )
@@ -32,8 +33,13 @@ func TestDashboardsAndAlerts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every fleet pod and the manager.
-	want := int(p.Spec.Shards*p.Spec.ReplicasPerShard+p.Spec.FrontReplicas) + 1
+	// Every fleet pod and every manager replica (the one not leading
+	// serves controller-runtime's metrics too).
+	mgr, err := e.in.Client.AppsV1().Deployments(nodeinstall.OperatorNamespace).Get(ctx, nodeinstall.ManagerDeployment, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int(p.Spec.Shards*p.Spec.ReplicasPerShard+p.Spec.FrontReplicas) + int(*mgr.Spec.Replicas)
 	start := time.Now()
 	promStarted := start
 	targets := e.waitTargets(t, want, 3*time.Minute)

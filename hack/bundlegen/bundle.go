@@ -73,7 +73,9 @@ func Generate(root string) (map[string][]byte, error) {
 			roles[o.GetKind()+"/"+o.GetNamespace()+"/"+o.GetName()] = o
 		case "ClusterRoleBinding", "RoleBinding":
 			bindings = append(bindings, o)
-		case "CustomResourceDefinition", "Service":
+		case "CustomResourceDefinition", "Service", "PodDisruptionBudget":
+			// OLM installs a bundle's PodDisruptionBudget as it is (the
+			// manager's: a drain moves one replica at a time).
 			others = append(others, o)
 		default:
 			return nil, fmt.Errorf("%s %s: kind not handled by the bundle generator", o.GetKind(), o.GetName())

@@ -1,19 +1,23 @@
-// Package cluster starts a real one-node Kubernetes cluster on this machine
-// for end-to-end tests and `make run CLUSTER=node`: the control plane of
-// hack/controlplane (etcd, kube-apiserver) plus kube-controller-manager,
-// kube-scheduler, containerd + runc, the kubelet, kube-proxy, the CNI bridge
-// and CoreDNS, every one of them the real program.
+// Package cluster starts a real Kubernetes cluster of one or more nodes on
+// this machine for end-to-end tests and `make run CLUSTER=node`: the control
+// plane of hack/controlplane (etcd, kube-apiserver) plus
+// kube-controller-manager and kube-scheduler, and per node containerd +
+// runc, the kubelet, kube-proxy and the CNI bridge; CoreDNS as cluster DNS.
+// Every one of them is the real program.
 //
-// The node lives in a network namespace of its own, as kind runs a node in a
-// container: a pod's 127.0.0.0/8 is its own loopback, so pods can reach
-// neither a loopback ClusterIP nor an apiserver bound to the host's
-// 127.0.0.1. Its addresses are carved from 100.64.0.0/10 (see
-// PlanAddresses); the host reaches the apiserver, pods and ClusterIPs
-// through one route. Images are imported, never pulled.
+// The control plane and each node live in network namespaces of their own,
+// as kind runs nodes in containers: a pod's 127.0.0.0/8 is its own
+// loopback, so pods can reach neither a loopback ClusterIP nor an apiserver
+// bound to the host's 127.0.0.1, and nodes must not share one. Addresses
+// are carved from 100.64.0.0/10 (see PlanAddresses); the host reaches the
+// apiserver, pods and ClusterIPs through one route. Images are imported,
+// never pulled.
 //
 // Start fails fast, with the failing component's own log lines, when a
-// component exits or never becomes ready; Stop removes every process, mount,
-// interface, route and namespace the cluster made, and Leftovers proves it.
+// component exits or never becomes ready; Stop removes every process,
+// mount, interface, route and namespace the cluster made, and Leftovers
+// proves it. StopNode and StartNode take a node down as a machine dies and
+// bring it back (node.go).
 package cluster
 
 import (
@@ -35,7 +39,7 @@ import (
 	"github.com/cachetier/cachetier/hack/controlplane"
 )
 
-// Image is an OCI image archive to import into the node's containerd.
+// Image is an OCI image archive to import into each node's containerd.
 type Image struct {
 	Ref     string // the name pods use, e.g. ghcr.io/cachetier/cachetier:dev-0123456789ab
 	Archive string // an OCI archive tar (hack/imagebuild writes them)
@@ -47,33 +51,39 @@ type Options struct {
 	// kube-controller-manager, kube-scheduler, kubelet, kube-proxy).
 	// Default: as hack/controlplane finds it.
 	BinDir string
-	// Dir holds all of the node's state; default a new temporary
+	// Dir holds all of the cluster's state; default a new temporary
 	// directory. Stop removes it either way: it must not hold anything else.
 	Dir string
-	// Images are imported into the node before the kubelet starts.
+	// Nodes is how many nodes run (1 to MaxNodes; default 1).
+	Nodes int
+	// Images are imported into every node before its kubelet starts.
 	Images []Image
 	// PauseImage is the sandbox image (its ref, among Images).
 	PauseImage string
 	// CoreDNSImage runs the cluster DNS (its ref, among Images).
 	CoreDNSImage string
-	// ExtraKubeletArgs are appended to the kubelet's command line (flags
+	// ExtraKubeletArgs are appended to every kubelet's command line (flags
 	// override its config file).
 	ExtraKubeletArgs []string
-	// ReadyTimeout bounds each wait: the node turning Ready, a pod turning
+	// ReadyTimeout bounds each wait: a node turning Ready, a pod turning
 	// Ready. Default 2 minutes.
 	ReadyTimeout time.Duration
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
 
-// Cluster is a running one-node cluster.
+// Cluster is a running cluster.
 type Cluster struct {
-	// Addresses is the node's address plan.
+	// Addresses is the cluster's address plan.
 	Addresses Addresses
-	// Layout is where the node keeps its files.
-	Layout Layout
-	// ControlPlane is etcd + kube-apiserver, in the node's namespace.
+	// Dir holds everything the cluster keeps on disk: the control plane's
+	// directory and one per node.
+	Dir string
+	// ControlPlane is etcd + kube-apiserver, in the control plane's
+	// namespace; it also runs the controllers' and the nodes' processes.
 	*controlplane.ControlPlane
+	// Nodes are the cluster's nodes, node j at index j.
+	Nodes []*Node
 
 	opts         Options
 	slot         *slot
@@ -83,7 +93,8 @@ type Cluster struct {
 	stopErr      error
 }
 
-// Component process names, as they appear in logs and errors.
+// Component process names, as they appear in logs and errors; a node's
+// carry its name (see Node.proc).
 const (
 	procControllerManager = "kube-controller-manager"
 	procScheduler         = "kube-scheduler"
@@ -92,7 +103,7 @@ const (
 	procKubeProxy         = "kube-proxy"
 )
 
-// Start brings a one-node cluster up and returns when the node is Ready and
+// Start brings a cluster up and returns when every node is Ready and
 // cluster DNS answers. On error everything started is removed again.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.ReadyTimeout == 0 {
@@ -100,6 +111,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	if opts.Log == nil {
 		opts.Log = io.Discard
+	}
+	if opts.Nodes == 0 {
+		opts.Nodes = 1
 	}
 	if opts.BinDir == "" {
 		if opts.BinDir, err = controlplane.FindBinDir(); err != nil {
@@ -124,14 +138,14 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	c.slot = s
-	if c.Addresses, err = PlanAddresses(s.index); err != nil {
+	if c.Addresses, err = PlanAddresses(s.index, opts.Nodes); err != nil {
 		_ = s.release()
 		return nil, err
 	}
 	// A run that died without cleaning up (a test binary killed by its
-	// timeout runs no deferred code) left its slot's namespace, mounts and
+	// timeout runs no deferred code) left its slot's namespaces, mounts and
 	// processes behind: remove them before reusing the addresses.
-	if abandoned.Dir != "" || namespaceExists(c.Addresses) {
+	if abandoned.Dir != "" || len(slotNamespaces(s.index)) > 0 || linkExists(c.Addresses.ControlPlane.HostVeth) {
 		fmt.Fprintf(c.log, "cluster slot %d: removing what an earlier run (pid %d, dir %q) left behind\n", s.index, abandoned.PID, abandoned.Dir)
 		if err := cleanupLocal(ctx, c.Addresses, abandoned.Dir); err != nil {
 			_ = s.release()
@@ -139,12 +153,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}
 	if opts.Dir == "" {
-		if opts.Dir, err = os.MkdirTemp("", "cachetier-node-"); err != nil {
+		if opts.Dir, err = os.MkdirTemp("", "cachetier-cluster-"); err != nil {
 			_ = s.release()
 			return nil, err
 		}
 	}
-	c.Layout = Layout{Dir: opts.Dir}
+	c.Dir = opts.Dir
 	if err := s.record(slotRecord{Dir: opts.Dir, PID: os.Getpid()}); err != nil {
 		_ = s.release()
 		return nil, err
@@ -158,17 +172,21 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			c = nil
 		}
 	}()
+	for j, a := range c.Addresses.Nodes {
+		c.Nodes = append(c.Nodes, &Node{Name: a.Name, Index: j, Addresses: a, Layout: Layout{Dir: filepath.Join(c.Dir, a.Name)}, c: c})
+	}
 
 	start := time.Now()
 	if err := setupNetwork(ctx, c.Addresses); err != nil {
-		return c, fmt.Errorf("node network: %w", err)
+		return c, fmt.Errorf("cluster network: %w", err)
 	}
+	cpa := c.Addresses.ControlPlane
 	c.ControlPlane, err = controlplane.Start(ctx, controlplane.Options{
 		BinDir:                opts.BinDir,
-		Dir:                   c.Layout.path("controlplane"),
+		Dir:                   filepath.Join(c.Dir, "controlplane"),
 		ServiceClusterIPRange: c.Addresses.ServiceCIDR.String(),
-		NetNS:                 c.Addresses.NetNSPath(),
-		AdvertiseAddress:      c.Addresses.NodeIP,
+		NetNS:                 cpa.NetNSPath(),
+		AdvertiseAddress:      cpa.HubIP,
 		ForNode:               true,
 		Log:                   c.log,
 	})
@@ -178,28 +196,48 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.startControllers(); err != nil {
 		return c, err
 	}
-	if err := c.startContainerd(ctx); err != nil {
+	// The control plane's own kube-proxy: the aggregator dials an
+	// APIService's Service by its ClusterIP, as on a kubeadm control-plane
+	// node, and the host reaches ClusterIPs through this namespace.
+	if err := c.startKubeProxy(procKubeProxy, cpa.NetNSPath(), controlPlaneNodeName, cpa.HubIP, filepath.Join(c.Dir, "controlplane", "kube-proxy-config.yaml")); err != nil {
 		return c, err
 	}
-	if err := c.importImages(ctx); err != nil {
-		return c, err
+	for _, n := range c.Nodes {
+		if err := n.start(ctx, true); err != nil {
+			return c, err
+		}
 	}
-	if err := c.startKubelet(); err != nil {
-		return c, err
+	for _, n := range c.Nodes {
+		if err := n.waitReady(ctx, start); err != nil {
+			return c, err
+		}
 	}
-	if err := c.startKubeProxy(); err != nil {
-		return c, err
-	}
-	if err := c.waitNodeReady(ctx); err != nil {
-		return c, err
-	}
-	fmt.Fprintf(c.log, "node %s Ready after %s\n", NodeName, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(c.log, "%d node(s) Ready after %s\n", len(c.Nodes), time.Since(start).Round(time.Millisecond))
 	if err := c.deployDNS(ctx); err != nil {
 		return c, err
 	}
-	fmt.Fprintf(c.log, "cluster ready after %s: apiserver %s, pods %s, services %s, dir %s\n",
-		time.Since(start).Round(time.Millisecond), c.URL, c.Addresses.PodCIDR, c.Addresses.ServiceCIDR, c.Layout.Dir)
+	fmt.Fprintf(c.log, "cluster ready after %s: apiserver %s, nodes %s, pods %s, services %s, dir %s\n",
+		time.Since(start).Round(time.Millisecond), c.URL, strings.Join(c.NodeNames(), " "), c.Addresses.ClusterCIDR, c.Addresses.ServiceCIDR, c.Dir)
 	return c, nil
+}
+
+// NodeNames are the names of the cluster's nodes.
+func (c *Cluster) NodeNames() []string {
+	var out []string
+	for _, n := range c.Nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+// Node returns the node called name, or nil.
+func (c *Cluster) Node(name string) *Node {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
 }
 
 // Clientset returns an admin client.
@@ -292,117 +330,30 @@ func (c *Cluster) startControllers() error {
 	return err
 }
 
-func (c *Cluster) startContainerd(ctx context.Context) error {
-	l := c.Layout
-	for _, d := range []string{filepath.Dir(l.ContainerdConfig()), l.CNIConfDir(), l.CNIIPAMDir(), l.KubeletRoot(), l.PodLogs()} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-	if err := os.WriteFile(l.ContainerdConfig(), []byte(RenderContainerdConfig(l, c.opts.PauseImage)), 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(l.CNIConfDir(), "10-cachetier.conflist"), []byte(RenderCNIConfig(l, c.Addresses)), 0o644); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(l.RegistryHostsFile()), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(l.RegistryHostsFile(), []byte(RenderRegistryHosts()), 0o644); err != nil {
-		return err
-	}
-	if _, _, err := c.StartProcess(procContainerd, "containerd", "--config="+l.ContainerdConfig(), "--log-level=info"); err != nil {
-		return err
-	}
-	return waitFor(ctx, "containerd to answer on "+l.ContainerdSocket(), 30*time.Second, c.Exited,
-		func(ctx context.Context) (string, bool) {
-			out, err := c.ctr(ctx, "version")
-			if err != nil {
-				return strings.TrimSpace(string(out)) + ": " + err.Error(), false
-			}
-			return "", true
-		}, nil)
+// LogPath is the log file of a control plane component
+// (kube-controller-manager, kube-scheduler, kube-proxy, kube-apiserver,
+// etcd); Node.LogPath has the nodes' components.
+func (c *Cluster) LogPath(component string) string {
+	return filepath.Join(c.ControlPlane.Dir, component+".log")
 }
 
-// ctr runs containerd's CLI against the node's containerd, in the
-// namespace the CRI plugin uses.
-func (c *Cluster) ctr(ctx context.Context, args ...string) ([]byte, error) {
-	return exec.CommandContext(ctx, "ctr", append([]string{"--address", c.Layout.ContainerdSocket(), "--namespace", "k8s.io"}, args...)...).CombinedOutput()
-}
-
-func (c *Cluster) importImages(ctx context.Context) error {
-	for _, img := range c.opts.Images {
-		start := time.Now()
-		out, err := c.ctr(ctx, "images", "import", "--no-unpack=false", img.Archive)
-		if err != nil {
-			return fmt.Errorf("import image %s from %s: %w: %s", img.Ref, img.Archive, err, out)
-		}
-		// The archive's name annotation decides what the image is called;
-		// a mismatch would only show later as a pod that cannot start.
-		if out, err := c.ctr(ctx, "images", "check", "name=="+img.Ref); err != nil || !strings.Contains(string(out), img.Ref) {
-			listed, _ := c.ctr(ctx, "images", "ls", "-q")
-			return fmt.Errorf("image %s not in the node after importing %s (err %v); the node has:\n%s", img.Ref, img.Archive, err, listed)
-		}
-		fmt.Fprintf(c.log, "imported %s in %s\n", img.Ref, time.Since(start).Round(time.Millisecond))
-	}
-	return nil
-}
-
-func (c *Cluster) startKubelet() error {
-	l, a := c.Layout, c.Addresses
-	kubeconfig, err := c.componentKubeconfig("system:node:"+NodeName, "system:nodes")
-	if err != nil {
-		return err
-	}
-	serving, err := c.ClusterCA.IssueServing(NodeName, []string{NodeName}, []net.IP{a.NodeIP})
-	if err != nil {
-		return err
-	}
-	cert, key, err := serving.WriteFiles(filepath.Join(c.PKI.Dir, "kubelet"))
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(l.ResolvConf(), []byte(RenderResolvConf(a)), 0o644); err != nil {
-		return err
-	}
-	cfg, err := RenderKubeletConfig(l, a, KubeletFiles{ClientCAFile: c.PKI.ClusterCA, TLSCertFile: cert, TLSKeyFile: key})
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(l.KubeletConfig(), []byte(cfg), 0o644); err != nil {
-		return err
-	}
-	args := []string{
-		"--config=" + l.KubeletConfig(),
-		"--kubeconfig=" + kubeconfig,
-		"--root-dir=" + l.KubeletRoot(),
-		"--cert-dir=" + filepath.Join(l.KubeletRoot(), "pki"),
-		"--node-ip=" + a.NodeIP.String(),
-		"--hostname-override=" + NodeName,
-		"--v=2",
-	}
-	_, _, err = c.StartProcess(procKubelet, filepath.Join(c.opts.BinDir, "kubelet"), append(args, c.opts.ExtraKubeletArgs...)...)
-	return err
-}
-
-func (c *Cluster) startKubeProxy() error {
+// startKubeProxy runs a kube-proxy in the namespace netns (a path) as
+// nodeName, bound to bind.
+func (c *Cluster) startKubeProxy(proc, netns, nodeName string, bind net.IP, configPath string) error {
 	kubeconfig, err := c.componentKubeconfig("system:kube-proxy")
 	if err != nil {
 		return err
 	}
-	cfg, err := RenderKubeProxyConfig(c.Addresses, kubeconfig)
+	cfg, err := RenderKubeProxyConfig(c.Addresses.ClusterCIDR, nodeName, bind, kubeconfig)
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(c.Layout.KubeProxyConfig(), []byte(cfg), 0o644); err != nil {
+	if err := os.MkdirAll(filepath.Dir(configPath), 0o755); err != nil {
 		return err
 	}
-	_, _, err = c.StartProcess(procKubeProxy, filepath.Join(c.opts.BinDir, "kube-proxy"),
-		"--config="+c.Layout.KubeProxyConfig(), "--v=1")
+	if err := os.WriteFile(configPath, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	_, _, err = c.StartProcessIn(netns, proc, filepath.Join(c.opts.BinDir, "kube-proxy"), "--config="+configPath, "--v=1")
 	return err
-}
-
-// LogPath is a component's log file (kubelet, containerd, ...).
-func (c *Cluster) LogPath(component string) string {
-	return filepath.Join(c.Layout.path("controlplane"), component+".log")
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,21 +47,24 @@ func testImages(t *testing.T) (Options, map[string]string) {
 	return opts, refs
 }
 
-// TestNodeCluster starts a node and checks, from inside a pod, what every
+// TestNodeCluster starts two nodes and checks, from inside pods, what every
 // in-cluster client depends on — cluster DNS, the apiserver through the
-// `kubernetes` Service, a mounted ServiceAccount token — and, from the
-// host, pod IPs, a ClusterIP routed to a pod, kubectl logs and exec through
-// the kubelet, and fail-fast diagnostics for pods that cannot start. Then
-// the teardown must leave nothing behind.
+// `kubernetes` Service, a mounted ServiceAccount token, the other node's
+// pods directly and through a Service — and, from the host, pod IPs on
+// both nodes, a ClusterIP routed to a pod, kubectl logs and exec through
+// either kubelet, and fail-fast diagnostics for pods that cannot start. A
+// node stopped as a machine dies goes silent and comes back under its name
+// and addresses. Then the teardown must leave nothing behind.
 func TestNodeCluster(t *testing.T) {
 	opts, refs := testImages(t)
+	opts.Nodes = 2
 	ctx := context.Background()
 	start := time.Now()
 	c, err := Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("cluster up in %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("cluster of %d nodes up in %s", len(c.Nodes), time.Since(start).Round(time.Millisecond))
 	stopped := false
 	defer func() {
 		if !stopped {
@@ -72,24 +76,21 @@ func TestNodeCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	node, err := cs.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var internal string
-	for _, a := range node.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			internal = a.Address
+	for _, n := range c.Nodes {
+		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := internalIP(node); got != n.Addresses.IP.String() {
+			t.Fatalf("node %s InternalIP %q, want %s", n.Name, got, n.Addresses.IP)
 		}
 	}
-	if internal != c.Addresses.NodeIP.String() {
-		t.Fatalf("node InternalIP %q, want %s", internal, c.Addresses.NodeIP)
-	}
 
-	// The probe: a Deployment (scheduler, ReplicaSet controller, kubelet)
-	// whose readiness needs DNS, the apiserver Service and its token.
+	// The probe: a Deployment (scheduler, ReplicaSet controller, kubelets)
+	// with a pod on each node, whose readiness needs DNS, the apiserver
+	// Service and its token.
 	ns := "default"
-	deploy := netcheckDeployment(refs[imagebuild.NetCheck])
+	deploy := netcheckDeployment(refs[imagebuild.NetCheck], len(c.Nodes))
 	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -101,18 +102,7 @@ func TestNodeCluster(t *testing.T) {
 	if svc, err = cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.WaitPodsReady(ctx, ns, "app=netcheck", 1, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=netcheck"})
-	if err != nil || len(pods.Items) != 1 {
-		t.Fatalf("netcheck pods: %v", err)
-	}
-	pod := pods.Items[0]
-	if !c.Addresses.PodCIDR.Contains(netIP(pod.Status.PodIP)) {
-		t.Fatalf("pod IP %s outside the pod range %s", pod.Status.PodIP, c.Addresses.PodCIDR)
-	}
-
+	pods := c.netcheckPods(t, ns)
 	kubectl := func(args ...string) string {
 		t.Helper()
 		out, err := c.RunKubectl(ctx, c.AdminKubeconfig, args...)
@@ -121,38 +111,103 @@ func TestNodeCluster(t *testing.T) {
 		}
 		return string(out)
 	}
-	// kubectl logs: the apiserver reaches the kubelet by the node's InternalIP.
-	logs := kubectl("logs", "-n", ns, pod.Name)
-	if !strings.Contains(logs, "resolves to ["+c.Addresses.APIServerServiceIP.String()+"]") || !strings.Contains(logs, `"username":"system:serviceaccount:default:default"`) {
-		t.Fatalf("the probe did not resolve the apiserver Service and authenticate with its token:\n%s", logs)
-	}
-	// kubectl exec: DNS of a Service, then pod -> ClusterIP -> pod (itself:
-	// the hairpin case) by name.
-	if out := kubectl("exec", "-n", ns, pod.Name, "--", "/netcheck", "resolve", "netcheck.default.svc.cluster.local"); strings.TrimSpace(out) != svc.Spec.ClusterIP {
-		t.Fatalf("netcheck.default.svc resolves to %q in the pod, want %s", out, svc.Spec.ClusterIP)
-	}
-	// The pod is Ready before kube-proxy has its endpoint: the
-	// EndpointSlice controller and kube-proxy's next sync follow
-	// readiness, and until then the Service rejects ("no route to host",
-	// seen in CI on a loaded machine). Retry for as long as that takes.
-	var out []byte
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		out, err = c.RunKubectl(ctx, c.AdminKubeconfig, "exec", "-n", ns, pod.Name, "--", "/netcheck", "get", "http://netcheck.default.svc/")
-		return err == nil, nil
-	})
-	if err != nil || !strings.Contains(string(out), "hello from "+pod.Name) {
-		t.Fatalf("pod to its own Service: %v: %q", err, out)
-	}
-	// The host reaches the pod and the Service.
-	for _, url := range []string{"http://" + pod.Status.PodIP + ":8080/", "http://" + svc.Spec.ClusterIP + "/"} {
-		if body := httpGet(t, url); !strings.Contains(body, "hello from "+pod.Name) {
-			t.Fatalf("GET %s from the host: %q", url, body)
+	for j, n := range c.Nodes {
+		pod, other := pods[n.Name], pods[c.Nodes[(j+1)%len(c.Nodes)].Name]
+		if !n.Addresses.PodCIDR.Contains(netIP(pod.Status.PodIP)) {
+			t.Fatalf("pod %s on %s has IP %s outside the node's pod range %s", pod.Name, n.Name, pod.Status.PodIP, n.Addresses.PodCIDR)
 		}
+		// kubectl logs: the apiserver reaches each kubelet by its InternalIP.
+		logs := kubectl("logs", "-n", ns, pod.Name)
+		if !strings.Contains(logs, "resolves to ["+c.Addresses.APIServerServiceIP.String()+"]") || !strings.Contains(logs, `"username":"system:serviceaccount:default:default"`) {
+			t.Fatalf("the probe on %s did not resolve the apiserver Service and authenticate with its token:\n%s", n.Name, logs)
+		}
+		// kubectl exec: DNS of a Service from each node.
+		if out := kubectl("exec", "-n", ns, pod.Name, "--", "/netcheck", "resolve", "netcheck.default.svc.cluster.local"); strings.TrimSpace(out) != svc.Spec.ClusterIP {
+			t.Fatalf("netcheck.default.svc resolves to %q on %s, want %s", out, n.Name, svc.Spec.ClusterIP)
+		}
+		// A pod reaches the other node's pod directly.
+		if out := kubectl("exec", "-n", ns, pod.Name, "--", "/netcheck", "get", "http://"+other.Status.PodIP+":8080/"); !strings.Contains(out, "hello from "+other.Name) {
+			t.Fatalf("pod on %s to the pod on the other node: %q", n.Name, out)
+		}
+		// The host reaches the pod.
+		if body := httpGet(t, "http://"+pod.Status.PodIP+":8080/"); !strings.Contains(body, "hello from "+pod.Name) {
+			t.Fatalf("GET pod %s on %s from the host: %q", pod.Name, n.Name, body)
+		}
+	}
+	// Through the Service, from one node, both pods answer (kube-proxy
+	// picks an endpoint per connection): pod -> ClusterIP -> a pod on
+	// this node (the hairpin case) or the other. The pods are Ready before
+	// kube-proxy has their endpoints (the EndpointSlice controller and
+	// kube-proxy's next sync follow readiness; until then the Service
+	// rejects), so this waits until both were seen.
+	from := pods[NodeName]
+	seen := map[string]bool{}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		out, err := c.RunKubectl(ctx, c.AdminKubeconfig, "exec", "-n", ns, from.Name, "--", "/netcheck", "get", "http://netcheck.default.svc/")
+		for _, p := range pods {
+			if err == nil && strings.Contains(string(out), "hello from "+p.Name) {
+				seen[p.Name] = true
+			}
+		}
+		return len(seen) == len(pods), nil
+	})
+	if err != nil {
+		t.Fatalf("through the Service, from %s, answered only %v", NodeName, seen)
+	}
+	if body := httpGet(t, "http://"+svc.Spec.ClusterIP+"/"); !strings.Contains(body, "hello from ") {
+		t.Fatalf("GET the Service from the host: %q", body)
 	}
 	// Names outside the cluster are never asked upstream.
 	if _, err := c.Resolver().LookupHost(ctx, "example.com"); err == nil {
 		t.Fatal("the cluster DNS answered example.com; it must not forward outside the cluster")
 	}
+
+	t.Run("a node stops as a machine dies and comes back", func(t *testing.T) {
+		n := c.Nodes[1]
+		pod := pods[n.Name]
+		if err := c.StopNode(ctx, n.Name); err != nil {
+			t.Fatal(err)
+		}
+		for pid, p := range processTable() {
+			if strings.Contains(p.cmdline, n.Layout.Dir+"/") {
+				t.Errorf("process %d of the stopped node still runs: %s", pid, p.cmdline)
+			}
+		}
+		// Silent: nothing answers, not even with a refusal.
+		for _, addr := range []string{net.JoinHostPort(n.Addresses.IP.String(), "10250"), net.JoinHostPort(pod.Status.PodIP, "8080")} {
+			conn, err := net.DialTimeout("tcp", addr, 3*time.Second)
+			if err == nil {
+				conn.Close()
+				t.Fatalf("%s answered while its node was down", addr)
+			}
+			if strings.Contains(err.Error(), "refused") {
+				t.Fatalf("%s refused a connection while its node was down: %v", addr, err)
+			}
+		}
+		if err := c.StartNode(ctx, n.Name); err != nil {
+			t.Fatal(err)
+		}
+		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := internalIP(node); got != n.Addresses.IP.String() {
+			t.Fatalf("node %s came back with InternalIP %q, want %s", n.Name, got, n.Addresses.IP)
+		}
+		// Its pod runs again (the kubelet restarts the pods still bound
+		// to it: a new container) and is reached from the other node.
+		var back corev1.Pod
+		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			back = c.netcheckPods(t, ns)[n.Name]
+			return back.Status.ContainerStatuses[0].ContainerID != pod.Status.ContainerStatuses[0].ContainerID, nil
+		})
+		if err != nil {
+			t.Fatalf("the pod on %s was not started again: %+v", n.Name, back.Status)
+		}
+		if out := kubectl("exec", "-n", ns, pods[NodeName].Name, "--", "/netcheck", "get", "http://"+back.Status.PodIP+":8080/"); !strings.Contains(out, "hello from "+back.Name) {
+			t.Fatalf("the restarted node's pod from the other node: %q", out)
+		}
+	})
 
 	t.Run("image not on the node fails fast", func(t *testing.T) {
 		p := probePod("no-image", "localhost/cachetier/does-not-exist:1")
@@ -190,6 +245,51 @@ func TestNodeCluster(t *testing.T) {
 	}
 }
 
+// netcheckPods waits until every netcheck pod is Ready and returns them by
+// node, one per node.
+func (c *Cluster) netcheckPods(t *testing.T, ns string) map[string]corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.WaitPodsReady(ctx, ns, "app=netcheck", len(c.Nodes), 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cs, _, err := c.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=netcheck"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byNode := map[string]corev1.Pod{}
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil && PodReady(&p) {
+			byNode[p.Spec.NodeName] = p
+		}
+	}
+	if len(byNode) != len(c.Nodes) {
+		t.Fatalf("netcheck pods by node: %v, want one on each of %v", keys(byNode), c.NodeNames())
+	}
+	return byNode
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func internalIP(n *corev1.Node) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	return ""
+}
+
 // TestNodeThatNeverTurnsReadyFailsFast: a kubelet that cannot reach its
 // container runtime makes Start fail within seconds with the kubelet's own
 // log lines, and the half-started cluster is removed.
@@ -216,30 +316,38 @@ func TestNodeThatNeverTurnsReadyFailsFast(t *testing.T) {
 	}
 }
 
-// leftoversOfAnyRun lists cluster namespaces and node directories that no
-// running cluster owns; a failed Start must leave none of its own.
+// leftoversOfAnyRun lists cluster namespaces that no running cluster owns;
+// a failed Start must leave none of its own.
 func leftoversOfAnyRun(t *testing.T) string {
 	out, _ := exec.Command("ip", "netns", "list").Output()
 	var left []string
 	for _, line := range strings.Split(string(out), "\n") {
-		if name := strings.Fields(line + " x")[0]; strings.HasPrefix(name, "cachetier-node-") {
-			slot := strings.TrimPrefix(name, "cachetier-node-")
-			if !slotHeld(slot) {
-				left = append(left, "network namespace "+name)
-			}
+		name := strings.Fields(line + " x")[0]
+		if slot, ok := netnsSlot(name); ok && !slotHeld(strconv.Itoa(slot)) {
+			left = append(left, "network namespace "+name)
 		}
 	}
 	return strings.Join(left, ", ")
 }
 
-func netcheckDeployment(image string) *appsv1.Deployment {
+// netcheckDeployment runs replicas probe pods, never two on one node.
+func netcheckDeployment(image string, replicas int) *appsv1.Deployment {
 	labels := map[string]string{"app": "netcheck"}
+	spec := probePod("netcheck", image).Spec
+	spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			TopologyKey: corev1.LabelHostname, LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
+		}},
+	}}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "netcheck"},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
+			Replicas: ptr.To(int32(replicas)),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: probePod("netcheck", image).Spec},
+			// The restarted node's pod is the same pod, started again:
+			// no second one may appear elsewhere meanwhile.
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
 		},
 	}
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"path/filepath"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,8 +18,11 @@ import (
 // cluster's layout, so what each component is told can be unit tested and
 // read in one place.
 
-// Layout is where a node keeps its state: everything under one directory, so
-// that teardown can prove nothing was left behind by looking there.
+// Layout is where a node keeps its state: everything under one directory
+// (of the cluster's), so that teardown can prove nothing was left behind by
+// looking there. Stopping a node as a machine dies keeps what a machine's
+// disk would keep (containerd's root, the kubelet's root, CNI's address
+// records) and loses the rest: ContainerdState is the node's /run.
 type Layout struct {
 	Dir string
 }
@@ -44,9 +48,6 @@ func (l Layout) KubeProxyConfig() string  { return l.path("kube-proxy-config.yam
 
 // CNIBinDir is where Debian's containernetworking-plugins puts the plugins.
 const CNIBinDir = "/usr/lib/cni"
-
-// NodeName is the name the kubelet registers.
-const NodeName = "cachetier-node"
 
 // RenderContainerdConfig returns containerd's config.toml. Everything
 // containerd writes lives under the layout: root, state, sockets, runc's
@@ -128,7 +129,7 @@ server = "http://127.0.0.1:1"
 // the pod range, kept under the layout rather than /var/lib/cni so that two
 // clusters on one machine never share address state. hairpinMode lets a pod
 // reach itself through its own Service.
-func RenderCNIConfig(l Layout, a Addresses) string {
+func RenderCNIConfig(l Layout, a NodeAddresses) string {
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       "cachetier-pods",
@@ -166,7 +167,7 @@ type KubeletFiles struct {
 // layout. Eviction and image GC thresholds are set so that a nearly full
 // disk on a shared machine neither evicts the pods nor deletes the imported
 // images, which could not be pulled again.
-func RenderKubeletConfig(l Layout, a Addresses, f KubeletFiles) (string, error) {
+func RenderKubeletConfig(l Layout, a NodeAddresses, dns net.IP, f KubeletFiles) (string, error) {
 	cfg := kubeletv1beta1.KubeletConfiguration{
 		TypeMeta:                 metav1.TypeMeta{APIVersion: kubeletv1beta1.SchemeGroupVersion.String(), Kind: "KubeletConfiguration"},
 		FailCgroupV1:             ptr.To(false),
@@ -175,7 +176,7 @@ func RenderKubeletConfig(l Layout, a Addresses, f KubeletFiles) (string, error) 
 		EnforceNodeAllocatable:   []string{"none"}, // an empty list would be defaulted to [pods]
 		FailSwapOn:               ptr.To(false),
 		ContainerRuntimeEndpoint: "unix://" + l.ContainerdSocket(),
-		Address:                  a.NodeIP.String(),
+		Address:                  a.IP.String(),
 		Port:                     10250,
 		ReadOnlyPort:             0,
 		HealthzBindAddress:       "127.0.0.1",
@@ -189,7 +190,7 @@ func RenderKubeletConfig(l Layout, a Addresses, f KubeletFiles) (string, error) 
 		TLSCertFile:                 f.TLSCertFile,
 		TLSPrivateKeyFile:           f.TLSKeyFile,
 		ClusterDomain:               "cluster.local",
-		ClusterDNS:                  []string{a.DNSServiceIP.String()},
+		ClusterDNS:                  []string{dns.String()},
 		ResolverConfig:              ptr.To(l.ResolvConf()),
 		PodLogsDir:                  l.PodLogs(),
 		SerializeImagePulls:         ptr.To(false),
@@ -208,22 +209,24 @@ func RenderKubeletConfig(l Layout, a Addresses, f KubeletFiles) (string, error) 
 // RenderResolvConf is the node's resolv.conf as pods with dnsPolicy Default
 // (CoreDNS itself) see it: only the cluster DNS. The machine's own resolver
 // is never handed to a pod.
-func RenderResolvConf(a Addresses) string {
-	return "nameserver " + a.DNSServiceIP.String() + "\n"
+func RenderResolvConf(dns net.IP) string {
+	return "nameserver " + dns.String() + "\n"
 }
 
-// RenderKubeProxyConfig returns the KubeProxyConfiguration: iptables mode
-// in the node's namespace; conntrack sysctls left as they are (zero values),
-// since the namespace's are not kube-proxy's to tune; no localhost NodePorts
-// (they need route_localnet).
-func RenderKubeProxyConfig(a Addresses, kubeconfig string) (string, error) {
+// RenderKubeProxyConfig returns the KubeProxyConfiguration of the
+// kube-proxy called nodeName, bound to its namespace's address bind:
+// iptables mode; every pod of the cluster (clusterCIDR) is local traffic,
+// the rest is masqueraded on its way to a ClusterIP; conntrack sysctls left
+// as they are (zero values), since the namespace's are not kube-proxy's to
+// tune; no localhost NodePorts (they need route_localnet).
+func RenderKubeProxyConfig(clusterCIDR *net.IPNet, nodeName string, bind net.IP, kubeconfig string) (string, error) {
 	cfg := kubeproxyv1alpha1.KubeProxyConfiguration{
 		TypeMeta:           metav1.TypeMeta{APIVersion: kubeproxyv1alpha1.SchemeGroupVersion.String(), Kind: "KubeProxyConfiguration"},
 		ClientConnection:   componentbasev1alpha1.ClientConnectionConfiguration{Kubeconfig: kubeconfig},
 		Mode:               "iptables",
-		ClusterCIDR:        a.PodCIDR.String(),
-		HostnameOverride:   NodeName,
-		BindAddress:        "0.0.0.0",
+		ClusterCIDR:        clusterCIDR.String(),
+		HostnameOverride:   nodeName,
+		BindAddress:        bind.String(),
 		HealthzBindAddress: "127.0.0.1:10256",
 		MetricsBindAddress: "127.0.0.1:10249",
 		IPTables:           kubeproxyv1alpha1.KubeProxyIPTablesConfiguration{LocalhostNodePorts: ptr.To(false)},

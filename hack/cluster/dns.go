@@ -23,7 +23,9 @@ const dnsPort = 1053
 // DNSObjects are the cluster DNS's objects, as kubeadm deploys CoreDNS:
 // ServiceAccount, ClusterRole(+Binding) to read Services and
 // EndpointSlices, the Corefile, a Deployment and the kube-dns Service on the
-// address every kubelet hands its pods.
+// address every kubelet hands its pods. As kubeadm does, two replicas that
+// prefer different nodes when there are several: a cluster's names must
+// outlive the node one CoreDNS runs on.
 func DNSObjects(a Addresses, image string) (sa *corev1.ServiceAccount, role *rbacv1.ClusterRole, binding *rbacv1.ClusterRoleBinding,
 	cm *corev1.ConfigMap, deploy *appsv1.Deployment, svc *corev1.Service) {
 	const ns, name = "kube-system", "coredns"
@@ -54,7 +56,7 @@ func DNSObjects(a Addresses, image string) (sa *corev1.ServiceAccount, role *rba
 	deploy = &appsv1.Deployment{
 		ObjectMeta: meta(name),
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
+			Replicas: ptr.To(DNSReplicas(len(a.Nodes))),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
@@ -62,6 +64,15 @@ func DNSObjects(a Addresses, image string) (sa *corev1.ServiceAccount, role *rba
 					ServiceAccountName: name,
 					PriorityClassName:  "system-cluster-critical",
 					DNSPolicy:          corev1.DNSDefault,
+					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+						PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+							Weight: 100,
+							PodAffinityTerm: corev1.PodAffinityTerm{
+								TopologyKey:   corev1.LabelHostname,
+								LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
+							},
+						}},
+					}},
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532),
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
@@ -106,6 +117,10 @@ func DNSObjects(a Addresses, image string) (sa *corev1.ServiceAccount, role *rba
 	return sa, role, binding, cm, deploy, svc
 }
 
+// DNSReplicas is how many CoreDNS pods a cluster of nodes nodes runs: one
+// on one node, two (kubeadm's number) otherwise.
+func DNSReplicas(nodes int) int32 { return int32(min(nodes, 2)) }
+
 // deployDNS creates CoreDNS and waits until it answers, from the host,
 // through the kube-dns ClusterIP: that exercises the Service, kube-proxy's
 // rules, the pod network and CoreDNS's view of the API in one query.
@@ -133,7 +148,7 @@ func (c *Cluster) deployDNS(ctx context.Context) error {
 	if _, err := cs.AppsV1().Deployments(deploy.Namespace).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create CoreDNS Deployment: %w", err)
 	}
-	if err := c.WaitPodsReady(ctx, "kube-system", "k8s-app=kube-dns", 1, c.opts.ReadyTimeout); err != nil {
+	if err := c.WaitPodsReady(ctx, "kube-system", "k8s-app=kube-dns", int(DNSReplicas(len(c.Nodes))), c.opts.ReadyTimeout); err != nil {
 		return fmt.Errorf("cluster DNS: %w", err)
 	}
 	want := c.Addresses.APIServerServiceIP.String()

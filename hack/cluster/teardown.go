@@ -18,13 +18,15 @@ import (
 )
 
 // Stop tears the cluster down in the order that leaves nothing behind:
-// controllers first (so nothing recreates pods), then every pod through the
+// controllers first (so nothing recreates pods), then every pod through its
 // kubelet (so CNI releases addresses and containerd removes sandboxes and
-// their mounts), kube-proxy and its rules, the kubelet, containerd and its
-// shims, whatever is still mounted under the node's directory, the control
-// plane, the network namespace (its interfaces and iptables rules go with
-// it), the host's veth end and route, and the directory. Safe to call twice;
-// it carries on after errors and reports them all.
+// their mounts; pods of a stopped node have no kubelet and are deleted at
+// once), each node's kube-proxy, kubelet and containerd, the control
+// plane, whatever still runs from or is mounted under the cluster's
+// directory (containerd's shims and the containers), the network
+// namespaces (their interfaces and iptables rules go with them), the
+// host's uplink and route, and the directory. Safe to call twice; it
+// carries on after errors and reports them all.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -35,21 +37,20 @@ func (c *Cluster) Stop() error {
 			if err := c.deleteAllPods(ctx); err != nil {
 				errs = append(errs, err)
 			}
-			errs = append(errs, c.StopProcess(procKubeProxy))
-			if out, err := c.inNode(ctx, filepath.Join(c.opts.BinDir, "kube-proxy"), "--cleanup").CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("kube-proxy --cleanup: %w: %s", err, lastLines(string(out), 5)))
+			for _, n := range c.Nodes {
+				for _, comp := range []string{procKubeProxy, procKubelet, procContainerd} {
+					errs = append(errs, c.StopProcess(n.proc(comp)))
+				}
 			}
-			errs = append(errs, c.StopProcess(procKubelet), c.StopProcess(procContainerd))
-		}
-		if c.ControlPlane != nil {
-			// Before the sweep below: etcd and kube-apiserver run from a
-			// directory under the node's, and would be killed, not stopped.
+			// Last, with the rest of the control plane: before the sweep
+			// below, since etcd and kube-apiserver run from a directory
+			// under the cluster's and would be killed, not stopped.
 			errs = append(errs, c.ControlPlane.Stop())
 		}
-		errs = append(errs, killProcessesUsing(c.Layout.Dir), unmountUnder(c.Layout.Dir))
+		errs = append(errs, killProcessesUsing(c.Dir), unmountUnder(c.Dir))
 		errs = append(errs, teardownNetwork(ctx, c.Addresses))
-		if c.Layout.Dir != "" {
-			errs = append(errs, os.RemoveAll(c.Layout.Dir))
+		if c.Dir != "" {
+			errs = append(errs, os.RemoveAll(c.Dir))
 		}
 		if c.slot != nil {
 			errs = append(errs, c.slot.release())
@@ -59,27 +60,29 @@ func (c *Cluster) Stop() error {
 	return c.stopErr
 }
 
-// deleteAllPods deletes every pod and waits until the kubelet has stopped
-// them all (it removes a pod's object only after its containers are gone).
+// deleteAllPods deletes every pod and waits until the kubelets have stopped
+// them all (a kubelet removes a pod's object only after its containers are
+// gone). Pods of a stopped node, which no kubelet will confirm, and pods
+// never scheduled are removed at once.
 func (c *Cluster) deleteAllPods(ctx context.Context) error {
 	cs, _, err := c.Clientset()
 	if err != nil {
 		return err
 	}
-	grace := int64(2)
-	if err := cs.CoreV1().Pods(metav1.NamespaceAll).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, metav1.ListOptions{}); err != nil {
-		// DeleteCollection is not served across namespaces; delete per pod.
-		pods, lerr := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-		if lerr != nil {
-			return fmt.Errorf("delete pods: %w", lerr)
+	pods, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("delete pods: %w", err)
+	}
+	for _, p := range pods.Items {
+		grace := int64(2)
+		if n := c.Node(p.Spec.NodeName); n == nil || n.Down() {
+			grace = 0
 		}
-		for _, p := range pods.Items {
-			_ = cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
-		}
+		_ = cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 	}
 	// c.Exited: a kubelet (or apiserver) that died stops no pod; say so
 	// at once rather than after the minute.
-	return waitFor(ctx, "every pod stopped by the kubelet", time.Minute, c.Exited,
+	return waitFor(ctx, "every pod stopped by its kubelet", time.Minute, c.Exited,
 		func(ctx context.Context) (string, bool) {
 			pods, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 			if err != nil {
@@ -87,14 +90,10 @@ func (c *Cluster) deleteAllPods(ctx context.Context) error {
 			}
 			var left []string
 			for _, p := range pods.Items {
-				left = append(left, p.Namespace+"/"+p.Name)
+				left = append(left, p.Namespace+"/"+p.Name+" on "+p.Spec.NodeName)
 			}
 			return strings.Join(left, ", ") + " left", len(left) == 0
 		}, nil)
-}
-
-func (c *Cluster) inNode(ctx context.Context, name string, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + c.Addresses.NetNSPath(), "--", name}, args...)...)
 }
 
 // cleanupLocal removes what a cluster in the slot left on this machine
@@ -117,19 +116,44 @@ func cleanupLocal(ctx context.Context, a Addresses, dir string) error {
 // socket) and everything those processes started (the containers, which the
 // shims reparent to themselves), children first.
 func killProcessesUsing(dir string) error {
+	procs := processTable()
+	order := processesUsing(procs, dir)
+	if len(order) == 0 {
+		return nil
+	}
+	for _, pid := range order {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pid := range order {
+		for processAlive(pid) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	var alive []string
+	for _, pid := range order {
+		if processAlive(pid) {
+			alive = append(alive, fmt.Sprintf("%d (%s)", pid, procs[pid].cmdline))
+		}
+	}
+	if len(alive) > 0 {
+		return fmt.Errorf("processes still alive after SIGKILL: %s", strings.Join(alive, ", "))
+	}
+	return nil
+}
+
+// processesUsing lists the processes whose command line names dir and
+// every process they started, children before parents.
+func processesUsing(procs map[int]procInfo, dir string) []int {
 	if dir == "" {
 		return nil
 	}
-	procs := processTable()
 	needle := strings.TrimRight(dir, "/") + "/"
 	var roots []int
 	for pid, p := range procs {
 		if pid != os.Getpid() && strings.Contains(p.cmdline, needle) {
 			roots = append(roots, pid)
 		}
-	}
-	if len(roots) == 0 {
-		return nil
 	}
 	children := map[int][]int{}
 	for pid, p := range procs {
@@ -151,25 +175,7 @@ func killProcessesUsing(dir string) error {
 	for _, r := range roots {
 		visit(r)
 	}
-	for _, pid := range order {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for _, pid := range order {
-		for processAlive(pid) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	var alive []string
-	for _, pid := range order {
-		if processAlive(pid) {
-			alive = append(alive, fmt.Sprintf("%d (%s)", pid, procs[pid].cmdline))
-		}
-	}
-	if len(alive) > 0 {
-		return fmt.Errorf("processes still alive after SIGKILL: %s", strings.Join(alive, ", "))
-	}
-	return nil
+	return order
 }
 
 type procInfo struct {
@@ -305,18 +311,14 @@ func hostIPTablesRules(ctx context.Context) string {
 	return strings.Join(keep, "\n")
 }
 
-func namespaceExists(a Addresses) bool {
-	_, err := os.Stat(a.NetNSPath())
-	return err == nil || linkExists(a.HostVeth)
-}
-
 // Leftovers lists what the cluster left on this machine after Stop: running
-// processes that name its directory, mounts under it, the directory itself,
-// the network namespace, the host's veth end and route, and host iptables
+// processes that name its directory (every node's lives below it), mounts
+// under it, the directory itself, the network namespaces of the control
+// plane and of every node, the host's uplink and route, and host iptables
 // rules that differ from before Start. Empty means a clean teardown.
 func (c *Cluster) Leftovers(ctx context.Context) []string {
 	var out []string
-	dir := c.Layout.Dir
+	dir := c.Dir
 	needle := strings.TrimRight(dir, "/") + "/"
 	for pid, p := range processTable() {
 		if pid != os.Getpid() && dir != "" && strings.Contains(p.cmdline, needle) {
@@ -329,11 +331,11 @@ func (c *Cluster) Leftovers(ctx context.Context) []string {
 	if _, err := os.Stat(dir); err == nil {
 		out = append(out, "directory "+dir)
 	}
-	if _, err := os.Stat(c.Addresses.NetNSPath()); err == nil {
-		out = append(out, "network namespace "+c.Addresses.NetNS)
+	for _, ns := range slotNamespaces(c.Addresses.Slot) {
+		out = append(out, "network namespace "+ns)
 	}
-	if linkExists(c.Addresses.HostVeth) {
-		out = append(out, "interface "+c.Addresses.HostVeth)
+	if linkExists(c.Addresses.ControlPlane.HostVeth) {
+		out = append(out, "interface "+c.Addresses.ControlPlane.HostVeth)
 	}
 	if routes, err := exec.CommandContext(ctx, "ip", "route", "show", c.Addresses.Block.String()).Output(); err == nil && strings.TrimSpace(string(routes)) != "" {
 		out = append(out, "route "+strings.TrimSpace(string(routes)))
@@ -342,12 +344,4 @@ func (c *Cluster) Leftovers(ctx context.Context) []string {
 		out = append(out, fmt.Sprintf("host iptables changed:\nbefore:\n%s\nafter:\n%s", c.hostIPTables, now))
 	}
 	return out
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

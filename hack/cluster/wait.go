@@ -48,30 +48,6 @@ func waitFor(ctx context.Context, what string, timeout time.Duration, exited fun
 	}
 }
 
-func (c *Cluster) waitNodeReady(ctx context.Context) error {
-	cs, _, err := c.Clientset()
-	if err != nil {
-		return err
-	}
-	return waitFor(ctx, "node "+NodeName+" Ready", c.opts.ReadyTimeout, c.Exited,
-		func(ctx context.Context) (string, bool) {
-			n, err := cs.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
-			if err != nil {
-				return err.Error(), false
-			}
-			for _, cond := range n.Status.Conditions {
-				if cond.Type == corev1.NodeReady {
-					return fmt.Sprintf("Ready=%s %s: %s", cond.Status, cond.Reason, cond.Message), cond.Status == corev1.ConditionTrue
-				}
-			}
-			return "no Ready condition yet", false
-		},
-		func(context.Context) string {
-			return "kubelet log:\n" + controlplane.LogTail(c.LogPath(procKubelet), 40) +
-				"\ncontainerd log:\n" + controlplane.LogTail(c.LogPath(procContainerd), 15)
-		})
-}
-
 // WaitPodsReady waits until at least want pods in namespace matching
 // selector are Ready (want 0: every matching pod, and at least one). It
 // fails fast when a pod cannot start — image missing, crash loop, sandbox
@@ -101,7 +77,7 @@ func (c *Cluster) WaitPodsReady(ctx context.Context, namespace, selector string,
 				if p.DeletionTimestamp != nil {
 					continue
 				}
-				if podReady(p) {
+				if PodReady(p) {
 					ready++
 					continue
 				}
@@ -125,7 +101,8 @@ func (c *Cluster) WaitPodsReady(ctx context.Context, namespace, selector string,
 	return err
 }
 
-func podReady(p *corev1.Pod) bool {
+// PodReady says whether the pod's Ready condition is True.
+func PodReady(p *corev1.Pod) bool {
 	for _, cond := range p.Status.Conditions {
 		if cond.Type == corev1.PodReady {
 			return cond.Status == corev1.ConditionTrue
@@ -206,8 +183,10 @@ func (c *Cluster) DescribePods(ctx context.Context, cs kubernetes.Interface, nam
 				}
 			}
 		}
-		if lines := grepLog(c.LogPath(procKubelet), p.Name, 10); lines != "" {
-			fmt.Fprintf(&b, "  kubelet log lines about %s:\n%s\n", p.Name, indent(lines))
+		if n := c.Node(p.Spec.NodeName); n != nil {
+			if lines := grepLog(n.LogPath(procKubelet), p.Name, 10); lines != "" {
+				fmt.Fprintf(&b, "  %s's kubelet log lines about %s:\n%s\n", n.Name, p.Name, indent(lines))
+			}
 		}
 	}
 	return b.String()

@@ -55,6 +55,10 @@ type Options struct {
 	SecurePort int
 	// ExtraAPIServerFlags are appended to the apiserver's command line.
 	ExtraAPIServerFlags []string
+	// AuditPolicy, when set, is an audit.k8s.io/v1 Policy (YAML): the
+	// apiserver writes the events it selects to ControlPlane.AuditLog
+	// (see audit.go), so a test can count who sent which request.
+	AuditPolicy string
 	// NetNS, when set (a path such as /var/run/netns/<name>), runs etcd,
 	// kube-apiserver and every StartProcess child inside that network
 	// namespace (through nsenter, which only switches the network
@@ -90,14 +94,20 @@ type ControlPlane struct {
 	// PKI names the files the control plane's certificates and keys were
 	// written to, for components that need them (kube-controller-manager).
 	PKI PKIFiles
+	// AuditLog is the apiserver's audit log (JSON lines) when
+	// Options.AuditPolicy was set; ReadAudit parses it.
+	AuditLog string
 
 	removeDir     bool
 	netns         string
 	log           io.Writer
 	apiserverArgs []string
-	procs         []*process // in start order; stopped in reverse
-	stopOnce      sync.Once
-	stopErr       error
+	// mu guards procs: a node's processes come and go (a node stopped and
+	// started again) while waits elsewhere ask Exited.
+	mu       sync.Mutex
+	procs    []*process // in start order; stopped in reverse
+	stopOnce sync.Once
+	stopErr  error
 }
 
 type process struct {
@@ -336,6 +346,16 @@ func (cp *ControlPlane) startAPIServer(port int, advertise net.IP, etcdURL strin
 			"--endpoint-reconciler-type=none",
 		)
 	}
+	if opts.AuditPolicy != "" {
+		policy := filepath.Join(cp.Dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(opts.AuditPolicy), 0o600); err != nil {
+			return err
+		}
+		cp.AuditLog = filepath.Join(cp.Dir, "audit.log")
+		// The log backend's default mode is blocking: an event is in the
+		// file before the request is answered.
+		args = append(args, "--audit-policy-file="+policy, "--audit-log-path="+cp.AuditLog, "--audit-log-format=json")
+	}
 	cp.apiserverArgs = append(args, opts.ExtraAPIServerFlags...)
 	_, err := cp.spawn("kube-apiserver", cp.apiserverArgs...)
 	return err
@@ -347,17 +367,9 @@ func (cp *ControlPlane) startAPIServer(port int, advertise net.IP, etcdURL strin
 // empty watch cache, so clients resuming a watch from an older
 // resourceVersion get 410 Gone — the way to make a client relist for real.
 func (cp *ControlPlane) RestartAPIServer(ctx context.Context, whileDown func(ctx context.Context) error) error {
-	for i, p := range cp.procs {
-		if p.name != "kube-apiserver" {
-			continue
-		}
-		// A crash, not a graceful shutdown: the apiserver would wait for
-		// open watches to drain, and clients must cope with both anyway.
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-		cp.procs = append(cp.procs[:i:i], cp.procs[i+1:]...)
-		break
-	}
+	// A crash, not a graceful shutdown: the apiserver would wait for open
+	// watches to drain, and clients must cope with both anyway.
+	cp.KillProcess("kube-apiserver")
 	if whileDown != nil {
 		if err := whileDown(ctx); err != nil {
 			return err
@@ -373,7 +385,7 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context, whileDown func(ctx
 // child gets its own process group (so Stop can signal everything it forked)
 // and SIGKILL when the parent dies, so a crashed test leaves no orphans.
 func (cp *ControlPlane) spawn(name string, args ...string) (*process, error) {
-	return cp.spawnBinary(name, filepath.Join(cp.BinDir, name), args...)
+	return cp.spawnBinary(cp.netns, name, filepath.Join(cp.BinDir, name), args...)
 }
 
 // StartProcess runs another binary (an aggregated server such as the
@@ -381,7 +393,15 @@ func (cp *ControlPlane) spawn(name string, args ...string) (*process, error) {
 // <Dir>/<name>.log, it dies with this process (no orphans), and Stop
 // terminates it before the apiserver and etcd. Exited reports its end.
 func (cp *ControlPlane) StartProcess(name, binary string, args ...string) (exited <-chan struct{}, logPath string, err error) {
-	p, err := cp.spawnBinary(name, binary, args...)
+	return cp.StartProcessIn(cp.netns, name, binary, args...)
+}
+
+// StartProcessIn is StartProcess in the network namespace netns (a path,
+// as Options.NetNS; "" the caller's own): the process of a machine beside
+// the control plane's, such as a node's kubelet, which lives and dies with
+// the cluster all the same.
+func (cp *ControlPlane) StartProcessIn(netns, name, binary string, args ...string) (exited <-chan struct{}, logPath string, err error) {
+	p, err := cp.spawnBinary(netns, name, binary, args...)
 	if err != nil {
 		return nil, "", err
 	}
@@ -392,6 +412,8 @@ func (cp *ControlPlane) StartProcess(name, binary string, args ...string) (exite
 // that has exited, with its last log lines; nil while all run. Waits that
 // depend on a process call it so that they fail fast instead of timing out.
 func (cp *ControlPlane) Exited() error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	for _, p := range cp.procs {
 		select {
 		case <-p.done:
@@ -419,29 +441,53 @@ func (cp *ControlPlane) PID(name string) int {
 // for callers whose teardown has an order. Stopping an unknown or already
 // stopped name does nothing.
 func (cp *ControlPlane) StopProcess(name string) error {
+	if p := cp.forget(name); p != nil {
+		return stopProcess(p)
+	}
+	return nil
+}
+
+// KillProcess kills a process started by StartProcess at once, and
+// everything in its process group — SIGKILL, as a machine's crash ends
+// it — and waits until it is gone. Killing an unknown or already stopped
+// name does nothing.
+func (cp *ControlPlane) KillProcess(name string) {
+	if p := cp.forget(name); p != nil {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// forget removes the process called name from the ones Exited and Stop
+// look at, and returns it (nil when there is none).
+func (cp *ControlPlane) forget(name string) *process {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	for i, p := range cp.procs {
 		if p.name == name {
 			cp.procs = append(cp.procs[:i:i], cp.procs[i+1:]...)
-			return stopProcess(p)
+			return p
 		}
 	}
 	return nil
 }
 
-func (cp *ControlPlane) spawnBinary(name, binary string, args ...string) (*process, error) {
+func (cp *ControlPlane) spawnBinary(netns, name, binary string, args ...string) (*process, error) {
 	logPath := filepath.Join(cp.Dir, name+".log")
-	logFile, err := os.Create(logPath)
+	// Appended to: a process started again (a restarted apiserver or
+	// node) keeps the story of its earlier run above its own.
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(binary, args...)
-	if cp.netns != "" {
+	if netns != "" {
 		// nsenter enters only the network namespace and execs the binary in
 		// place (it forks only for a PID namespace), so the PID, process
 		// group and parent-death signal below are the binary's own. Not
 		// `ip netns exec`: it remounts /sys, which hides the cgroup mounts
 		// from the kubelet.
-		cmd = exec.Command("nsenter", append([]string{"--net=" + cp.netns, "--", binary}, args...)...)
+		cmd = exec.Command("nsenter", append([]string{"--net=" + netns, "--", binary}, args...)...)
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -455,7 +501,9 @@ func (cp *ControlPlane) spawnBinary(name, binary string, args ...string) (*proce
 		logFile.Close()
 		close(p.done)
 	}()
+	cp.mu.Lock()
 	cp.procs = append(cp.procs, p)
+	cp.mu.Unlock()
 	fmt.Fprintf(cp.log, "started %s (pid %d, log %s)\n", name, cmd.Process.Pid, logPath)
 	return p, nil
 }
@@ -575,8 +623,12 @@ func (cp *ControlPlane) RunKubectl(ctx context.Context, kubeconfig string, args 
 func (cp *ControlPlane) Stop() error {
 	cp.stopOnce.Do(func() {
 		var errs []error
-		for i := len(cp.procs) - 1; i >= 0; i-- {
-			errs = append(errs, stopProcess(cp.procs[i]))
+		cp.mu.Lock()
+		procs := cp.procs
+		cp.procs = nil
+		cp.mu.Unlock()
+		for i := len(procs) - 1; i >= 0; i-- {
+			errs = append(errs, stopProcess(procs[i]))
 		}
 		if cp.removeDir {
 			errs = append(errs, os.RemoveAll(cp.Dir))

@@ -3,8 +3,9 @@
 // (hack/sampledata), starts the cache tier as a real `cache-server
 // standalone` process registered with the aggregation layer by an
 // APIService (see hack/tierproc), prints how to reach both, and tears
-// everything down on Ctrl-C. With -node (`make run CLUSTER=node`) it
-// installs cachetier as users do, on a real one-node cluster (node.go).
+// everything down on Ctrl-C. With -node (`make run CLUSTER=node NODES=n`)
+// it installs cachetier as users do, on a real cluster of n nodes
+// (node.go).
 package main
 
 import (
@@ -41,7 +42,8 @@ func run() error {
 	noTier := flag.Bool("no-tier", false, "start the control plane only (no sample data, no tier)")
 	verbosity := flag.Int("v", 0, "cache-server log verbosity")
 	fleetShards := flag.Int("fleet", 0, "run the tier as a fleet: this many `cache-server shard` processes and a `cache-server front` (0: one `cache-server standalone`)")
-	node := flag.Bool("node", false, "install cachetier as users do on a real one-node cluster (kubelet, containerd, kube-proxy, CoreDNS; needs root): the operator from the image with kustomize, the sample profile and sample data (images from $"+imagebuild.EnvImages+", else built)")
+	node := flag.Bool("node", false, "install cachetier as users do on a real cluster of -nodes nodes (kubelet, containerd, kube-proxy, CoreDNS; needs root): the operator from the image with kustomize, the sample profile and sample data (images from $"+imagebuild.EnvImages+", else built)")
+	nodes := flag.Int("nodes", 1, "with -node: how many nodes (1 to 16)")
 	flag.Parse()
 
 	if *port == 6443 && !portFree(*port) {
@@ -50,7 +52,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *node {
-		return runNode(ctx, runDir(os.TempDir()))
+		return runNode(ctx, runDir(os.TempDir()), *nodes)
 	}
 
 	cp, err := controlplane.Start(ctx, controlplane.Options{

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -31,8 +32,10 @@ const (
 	OperatorNamespace = "cachetier-system"
 	// SampleProfile is config/samples' CacheProfile.
 	SampleProfile = "fleet"
-	// ManagerSelector selects the manager's pods.
-	ManagerSelector = "app.kubernetes.io/component=manager"
+	// ManagerSelector selects the manager's pods, of the Deployment
+	// ManagerDeployment.
+	ManagerSelector   = "app.kubernetes.io/component=manager"
+	ManagerDeployment = "cachetier-controller-manager"
 )
 
 // Installer installs cachetier from the repository at Root onto Cluster.
@@ -106,7 +109,7 @@ images:
 }
 
 // InstallOperator writes the overlay, applies it with kubectl and waits
-// for the manager pod to turn Ready. It returns how long that took.
+// for every manager pod to turn Ready. It returns how long that took.
 func (in *Installer) InstallOperator(ctx context.Context, timeout time.Duration) (time.Duration, error) {
 	overlay := filepath.Join(in.Dir, "overlay")
 	if err := os.MkdirAll(overlay, 0o755); err != nil {
@@ -127,8 +130,12 @@ func (in *Installer) InstallOperator(ctx context.Context, timeout time.Duration)
 	if _, err := in.Cluster.RunKubectl(ctx, in.Cluster.AdminKubeconfig, "apply", "--request-timeout=1m", "-k", overlay); err != nil {
 		return 0, err
 	}
-	if err := in.Cluster.WaitPodsReady(ctx, OperatorNamespace, ManagerSelector, 1, timeout); err != nil {
-		return 0, fmt.Errorf("manager pod: %w", err)
+	d, err := in.Client.AppsV1().Deployments(OperatorNamespace).Get(ctx, ManagerDeployment, metav1.GetOptions{})
+	if err != nil {
+		return 0, err
+	}
+	if err := in.Cluster.WaitPodsReady(ctx, OperatorNamespace, ManagerSelector, int(*d.Spec.Replicas), timeout); err != nil {
+		return 0, fmt.Errorf("manager pods: %w", err)
 	}
 	return time.Since(start), nil
 }

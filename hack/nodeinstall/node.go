@@ -12,12 +12,17 @@ import (
 	"github.com/cachetier/cachetier/hack/imagebuild"
 )
 
-// StartNode starts a node cluster that runs cachetier: the images `make
-// image` built ($CACHETIER_IMAGES) or, without them, images built into
-// dir/images; then an installer for it. The caller stops the node with
-// Teardown. The tests of a real node (e2e/...) share it so each starts the
-// node the same way.
+// StartNode starts a one-node cluster that runs cachetier (StartNodes).
 func StartNode(ctx context.Context, root, dir string, log io.Writer) (*Installer, cluster.Options, error) {
+	return StartNodes(ctx, root, dir, 1, log)
+}
+
+// StartNodes starts a cluster of nodes nodes that runs cachetier: the
+// images `make image` built ($CACHETIER_IMAGES) or, without them, images
+// built into dir/images; then an installer for it. The caller stops the
+// cluster with Teardown. The tests of real nodes (e2e/...) share it so
+// each starts its cluster the same way.
+func StartNodes(ctx context.Context, root, dir string, nodes int, log io.Writer) (*Installer, cluster.Options, error) {
 	start := time.Now()
 	images, err := imagebuild.Prebuilt(ctx, filepath.Join(dir, "images"), log, ImageNames()...)
 	if err != nil {
@@ -25,13 +30,14 @@ func StartNode(ctx context.Context, root, dir string, log io.Writer) (*Installer
 	}
 	fmt.Fprintf(log, "images ready in %s\n", time.Since(start).Round(time.Second))
 	opts := NodeOptions(images, log)
+	opts.Nodes = nodes
 	image, _ := imagebuild.Find(images, imagebuild.Cachetier)
 	start = time.Now()
 	c, err := cluster.Start(ctx, opts)
 	if err != nil {
-		return nil, opts, fmt.Errorf("start node: %w", err)
+		return nil, opts, fmt.Errorf("start cluster: %w", err)
 	}
-	fmt.Fprintf(log, "node cluster up in %s\n", time.Since(start).Round(time.Second))
+	fmt.Fprintf(log, "cluster of %d node(s) up in %s\n", nodes, time.Since(start).Round(time.Second))
 	in, err := New(c, root, dir, image)
 	if err != nil {
 		return nil, opts, errorsJoin(err, c.Stop())
@@ -39,14 +45,14 @@ func StartNode(ctx context.Context, root, dir string, log io.Writer) (*Installer
 	return in, opts, nil
 }
 
-// Teardown stops the node; an error says what failed or what the teardown
-// left behind.
+// Teardown stops the cluster; an error says what failed or what the
+// teardown left behind.
 func (in *Installer) Teardown() error {
 	if err := in.Cluster.Stop(); err != nil {
-		return fmt.Errorf("tear down the node: %w", err)
+		return fmt.Errorf("tear down the cluster: %w", err)
 	}
 	if left := in.Cluster.Leftovers(context.Background()); len(left) > 0 {
-		return fmt.Errorf("the node left behind:\n%s", strings.Join(left, "\n"))
+		return fmt.Errorf("the cluster left behind:\n%s", strings.Join(left, "\n"))
 	}
 	return nil
 }

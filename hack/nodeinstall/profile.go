@@ -23,13 +23,15 @@ import (
 // ProfilesGVR is the CacheProfile resource.
 var ProfilesGVR = schema.GroupVersionResource{Group: "cachetier.io", Version: "v1alpha1", Resource: "cacheprofiles"}
 
+// Dynamic is an admin client for kinds without Go types here
+// (CacheProfiles).
+func (in *Installer) Dynamic() dynamic.Interface {
+	return dynamic.NewForConfigOrDie(in.Admin)
+}
+
 // Profile reads the sample profile.
 func (in *Installer) Profile(ctx context.Context) (*cachev1alpha1.CacheProfile, error) {
-	dc, err := dynamic.NewForConfig(in.Admin)
-	if err != nil {
-		return nil, err
-	}
-	u, err := dc.Resource(ProfilesGVR).Get(ctx, SampleProfile, metav1.GetOptions{})
+	u, err := in.Dynamic().Resource(ProfilesGVR).Get(ctx, SampleProfile, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -34,6 +34,9 @@ type Fleet struct {
 	// ShardMetricsURLs the shards'.
 	FrontMetricsURL  string
 	ShardMetricsURLs []string
+	// ShardAddrs are the shards' HTTPS API addresses (host:port), which
+	// only the front calls.
+	ShardAddrs []string
 	// ShardLogs are the shard processes' outputs.
 	ShardLogs []string
 }
@@ -44,10 +47,7 @@ type Fleet struct {
 // pods use; waits until the front is ready and registers it with an
 // APIService.
 func StartFleet(ctx context.Context, cp *controlplane.ControlPlane, opts FleetOptions) (*Fleet, error) {
-	opts.Options = withDefaults(opts.Options)
-	if opts.Kubeconfig == "" {
-		opts.Kubeconfig = cp.AdminKubeconfig
-	}
+	opts.Options = withDefaults(cp, opts.Options)
 	if opts.Shards < 1 {
 		return nil, fmt.Errorf("a fleet needs at least one shard")
 	}
@@ -95,6 +95,7 @@ func StartFleet(ctx context.Context, cp *controlplane.ControlPlane, opts FleetOp
 			return nil, err
 		}
 		f.ShardMetricsURLs = append(f.ShardMetricsURLs, "http://"+metrics)
+		f.ShardAddrs = append(f.ShardAddrs, addr)
 		f.ShardLogs = append(f.ShardLogs, log)
 	}
 	topoFile := filepath.Join(dir, "topology.yaml")

@@ -58,9 +58,10 @@ type Options struct {
 	Port int
 	// Verbosity is the cache-server's -v.
 	Verbosity int
-	// Kubeconfig is the identity the process talks to the apiserver with
-	// (default: the control plane's admin), e.g. a ServiceAccount holding
-	// only the fleet's ClusterRole.
+	// Kubeconfig is how every process of the tier reaches the apiserver
+	// (default: the control plane's admin kubeconfig). Tests give the
+	// tier its own identity, or a path through something between it and
+	// the apiserver.
 	Kubeconfig string
 	// ExtraArgs are appended to the standalone or front command line.
 	ExtraArgs []string
@@ -105,10 +106,7 @@ type Tier struct {
 // stops it first), waits until it serves /readyz, and registers it with an
 // APIService that the aggregator reports Available.
 func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*Tier, error) {
-	opts = withDefaults(opts)
-	if opts.Kubeconfig == "" {
-		opts.Kubeconfig = cp.AdminKubeconfig
-	}
+	opts = withDefaults(cp, opts)
 	t := newTier(cp, opts)
 
 	dir := filepath.Join(cp.Dir, "tier-"+opts.Profile)
@@ -162,7 +160,10 @@ func writeProfile(path string, opts Options) error {
 	})
 }
 
-func withDefaults(opts Options) Options {
+func withDefaults(cp *controlplane.ControlPlane, opts Options) Options {
+	if opts.Kubeconfig == "" {
+		opts.Kubeconfig = cp.AdminKubeconfig
+	}
 	if opts.Namespace == "" {
 		opts.Namespace = "cachetier-system"
 	}

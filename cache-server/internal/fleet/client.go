@@ -157,7 +157,18 @@ func (c *Client) openPreferring(ctx context.Context, i int, prefer, path string,
 		return nil, apierrors.NewTooManyRequests(fmt.Sprintf("shard %s is (re)initializing: %v", sh.Name, lastErr), 1)
 	}
 	c.metrics.FleetShardCalls.WithLabelValues(sh.Name, verb, "unreachable").Inc()
-	return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("shard %s is unreachable: %v", sh.Name, lastErr))
+	return nil, retryableUnavailable(fmt.Sprintf("shard %s is unreachable: %v", sh.Name, lastErr))
+}
+
+// retryableUnavailable is a 503 whose client is told to try again in a
+// second (Retry-After, which client-go honours up to ten times): a shard
+// none of whose replicas answered this moment is most often one whose
+// replicas are being replaced (a drain, a lost node), as the apiserver's
+// own cache answers 429 with Retry-After while it initializes.
+func retryableUnavailable(msg string) error {
+	err := apierrors.NewServiceUnavailable(msg)
+	err.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: 1}
+	return err
 }
 
 // httpError turns a shard's HTTP error (its auth filters answer with a
@@ -196,6 +207,8 @@ func (c *Client) call(ctx context.Context, i int, prefer, path string, q url.Val
 	return rec, nil
 }
 
+// readError is a shard's answer cut short: its replica went away mid-way
+// (another one may answer the same request).
 func (c *Client) readError(i int, err error) error {
-	return apierrors.NewServiceUnavailable(fmt.Sprintf("reading from shard %s: %v", c.topo.Shards[i].Name, err))
+	return retryableUnavailable(fmt.Sprintf("reading from shard %s: %v", c.topo.Shards[i].Name, err))
 }

@@ -121,3 +121,22 @@ func TestOpenRefusalIsAnAnswer(t *testing.T) {
 		t.Fatal("the next replica was tried after a refusal")
 	}
 }
+
+// TestOpenNoReplicaAnsweringIsRetryable: when no replica of a shard can be
+// reached (its pods are being replaced), the front answers 503 with a
+// Retry-After of a second, which client-go retries; a refusal (above) has
+// none: retrying would only repeat it.
+func TestOpenNoReplicaAnsweringIsRetryable(t *testing.T) {
+	_, err := clientFor(t, closedEndpoint(t), closedEndpoint(t)).open(context.Background(), 0, "/shard/v1/list", nil)
+	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "shard-0 is unreachable") {
+		t.Fatalf("want 503 naming the shard, got %v", err)
+	}
+	if d, ok := apierrors.SuggestsClientDelay(err); !ok || d != 1 {
+		t.Fatalf("want Retry-After 1, got %d %v", d, ok)
+	}
+	forbidden, _ := replica(t, http.StatusForbidden)
+	_, err = clientFor(t, forbidden).open(context.Background(), 0, "/shard/v1/list", nil)
+	if _, ok := apierrors.SuggestsClientDelay(err); ok {
+		t.Fatalf("a refusal suggests a retry: %v", err)
+	}
+}

@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/client-go/rest"
 )
 
@@ -22,11 +24,15 @@ import (
 // the fleet's CA by publishing old and new CA together before shards serve
 // certificates of the new one, and a front that kept the old bundle would
 // lose its shards until restarted.
-func NewHTTPClient(cfg *rest.Config, caFile string) (*http.Client, error) {
-	return newHTTPClient(cfg, caFile, 10*time.Second)
+//
+// resolve, when not nil, gives the current address of a shard replica's
+// name (ReplicaAddresses.Lookup); a name it does not know is looked up in
+// DNS. Either way the shard's certificate is verified against the name.
+func NewHTTPClient(cfg *rest.Config, caFile string, resolve func(host string) (string, bool)) (*http.Client, error) {
+	return newHTTPClient(cfg, caFile, 10*time.Second, resolve)
 }
 
-func newHTTPClient(cfg *rest.Config, caFile string, recheck time.Duration) (*http.Client, error) {
+func newHTTPClient(cfg *rest.Config, caFile string, recheck time.Duration, resolve func(string) (string, bool)) (*http.Client, error) {
 	roots := &caFileRoots{path: caFile, every: recheck}
 	if _, err := roots.pool(); err != nil {
 		return nil, err
@@ -49,7 +55,7 @@ func newHTTPClient(cfg *rest.Config, caFile string, recheck time.Duration) (*htt
 		}
 		tlsCfg.Certificates = []tls.Certificate{pair}
 	}
-	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	dialer := shardDialer()
 	transport := &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
 		// Our own TLS dial: the shard's certificate is verified against
@@ -60,11 +66,17 @@ func newHTTPClient(cfg *rest.Config, caFile string, recheck time.Duration) (*htt
 		// shard answer is one bulk stream, which HTTP/2's framing and flow
 		// control only slow down (docs/benchmarks.md, "Fleet").
 		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			host, _, err := net.SplitHostPort(addr)
+			host, port, err := net.SplitHostPort(addr)
 			if err != nil {
 				return nil, err
 			}
-			raw, err := dialer.DialContext(ctx, network, addr)
+			target := addr
+			if resolve != nil {
+				if ip, ok := resolve(host); ok {
+					target = net.JoinHostPort(ip, port)
+				}
+			}
+			raw, err := dialer.DialContext(ctx, network, target)
 			if err != nil {
 				return nil, err
 			}
@@ -93,6 +105,40 @@ func newHTTPClient(cfg *rest.Config, caFile string, recheck time.Duration) (*htt
 		return nil, err
 	}
 	return &http.Client{Transport: rt}, nil
+}
+
+// A shard replica whose node dies answers nothing more, not even a reset:
+// its connections stay open on the front's side, and its change stream —
+// which feeds the front's merged watermark, that every consistent read
+// waits for — only stalls. With the kernel's defaults a silent peer is
+// found after minutes (keepalive: 30 s idle and 9 probes; unacknowledged
+// data: ~15 retransmissions). These bounds find it in about ten seconds,
+// after which the stream is reopened on another replica and a request
+// written to a dead pooled connection fails over to the next replica. A
+// live shard's kernel answers the probes whatever its process is doing, so
+// a busy replica is never mistaken for a dead one.
+var deadPeerKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 3}
+
+// shardDialer connects to a shard replica: a short connect timeout (a read
+// fails over to another replica when a shard pod is gone) and the bounds
+// above.
+func shardDialer() *net.Dialer {
+	return &net.Dialer{Timeout: 5 * time.Second, KeepAliveConfig: deadPeerKeepAlive, Control: setUserTimeout}
+}
+
+// deadPeerUserTimeout bounds how long sent data may stay unacknowledged
+// (TCP_USER_TIMEOUT), which also ends the keepalive probing of an idle
+// connection.
+const deadPeerUserTimeout = 10 * time.Second
+
+func setUserTimeout(_, _ string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(deadPeerUserTimeout/time.Millisecond))
+	}); err != nil {
+		return err
+	}
+	return serr
 }
 
 // verify checks a shard's certificate chain against the bundle and host.

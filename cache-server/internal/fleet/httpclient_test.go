@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/client-go/rest"
 
 	"github.com/cachetier/cachetier/internal/pki"
@@ -47,7 +48,7 @@ func TestHTTPClientFollowsCARotation(t *testing.T) {
 	if err := os.WriteFile(caFile, oldCA.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	client, err := newHTTPClient(&rest.Config{BearerToken: "front-token"}, caFile, 0)
+	client, err := newHTTPClient(&rest.Config{BearerToken: "front-token"}, caFile, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,48 @@ func TestHTTPClientFollowsCARotation(t *testing.T) {
 		resp.Body.Close()
 		t.Fatal("a certificate for another host was accepted")
 	}
-	if _, err := NewHTTPClient(&rest.Config{}, filepath.Join(t.TempDir(), "missing")); err == nil {
+	if _, err := NewHTTPClient(&rest.Config{}, filepath.Join(t.TempDir(), "missing"), nil); err == nil {
 		t.Fatal("a missing CA file was accepted")
+	}
+}
+
+// TestShardDialerFindsDeadPeers: connections to shards probe an idle peer
+// after 5 s, every 2 s, 3 times, and give up on unacknowledged data after
+// 10 s — as the kernel reports the socket's options.
+func TestShardDialerFindsDeadPeers(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	conn, err := shardDialer().Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	raw, err := conn.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]int{
+		"SO_KEEPALIVE":     {unix.SOL_SOCKET, unix.SO_KEEPALIVE},
+		"TCP_KEEPIDLE":     {unix.IPPROTO_TCP, unix.TCP_KEEPIDLE},
+		"TCP_KEEPINTVL":    {unix.IPPROTO_TCP, unix.TCP_KEEPINTVL},
+		"TCP_KEEPCNT":      {unix.IPPROTO_TCP, unix.TCP_KEEPCNT},
+		"TCP_USER_TIMEOUT": {unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT},
+	}
+	values := map[string]int{"SO_KEEPALIVE": 1, "TCP_KEEPIDLE": 5, "TCP_KEEPINTVL": 2, "TCP_KEEPCNT": 3, "TCP_USER_TIMEOUT": 10000}
+	for name, opt := range want {
+		var got int
+		var gerr error
+		if err := raw.Control(func(fd uintptr) { got, gerr = unix.GetsockoptInt(int(fd), opt[0], opt[1]) }); err != nil {
+			t.Fatal(err)
+		}
+		if gerr != nil {
+			t.Fatalf("%s: %v", name, gerr)
+		}
+		if got != values[name] {
+			t.Errorf("%s = %d, want %d", name, got, values[name])
+		}
 	}
 }

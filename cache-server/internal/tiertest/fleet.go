@@ -78,7 +78,7 @@ func (e *Env) startFleet(ctx context.Context) error {
 	if err := os.WriteFile(caFile, shardCA.CertPEM, 0o600); err != nil {
 		return err
 	}
-	shardClient, err := fleet.NewHTTPClient(e.Admin, caFile)
+	shardClient, err := fleet.NewHTTPClient(e.Admin, caFile, nil)
 	if err != nil {
 		return err
 	}
