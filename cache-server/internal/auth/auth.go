@@ -74,6 +74,10 @@ type Options struct {
 	// ConnCacheResults, when set, counts the per-connection cache's
 	// answers by result: hit, miss, bypass (see conncache.go).
 	ConnCacheResults *prometheus.CounterVec
+	// LastKnownAnswers, when set, counts reviews answered from the last
+	// known answers while the apiserver was unreachable (lastknown.go), by
+	// review and result (reused, none).
+	LastKnownAnswers *prometheus.CounterVec
 	// ImpersonationResults, when set, counts requests with impersonation
 	// headers by result: allowed, forbidden, invalid, error.
 	ImpersonationResults *prometheus.CounterVec
@@ -144,6 +148,7 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 	}
 	// Reuse successful answers within a connection (see conncache.go); only
 	// active on servers whose ConnContext is ConnContext.
+	authn = &lastKnownTokens{inner: authn, answers: newLastKnown[*authenticator.Response]("tokenreview", opts.LastKnownAnswers, opts.Log)}
 	cached := newConnCachingAuthenticator(authn, rh, ttl)
 	cached.results = opts.ConnCacheResults
 	authn = cached
@@ -156,6 +161,7 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 	if err != nil {
 		return nil, 0, fmt.Errorf("build authorizer: %w", err)
 	}
+	authz = &lastKnownAuthorizer{inner: authz, answers: newLastKnown[authzAnswer]("subjectaccessreview", opts.LastKnownAnswers, opts.Log)}
 	resolver := &prefixResolver{paths: opts.Paths, factory: &request.RequestInfoFactory{
 		APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api"),
 	}}

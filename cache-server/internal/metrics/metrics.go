@@ -61,6 +61,7 @@ type Metrics struct {
 	OpenAPILastSuccess prometheus.Gauge       // Unix time of the last successful OpenAPI poll
 
 	AuthnConnCache *prometheus.CounterVec // result: hit, miss, bypass
+	AuthLastKnown  *prometheus.CounterVec // review, result: reused, none
 	Impersonation  *prometheus.CounterVec // result: allowed, forbidden, invalid, error
 	Goaways        prometheus.Counter     // HTTP/2 connections asked to reconnect (serving.withGoaway)
 	MemoryReleased prometheus.Counter     // bytes returned to the OS after bulk loads
@@ -188,6 +189,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_authn_connection_cache_total",
 		Help: "Authentications answered from the connection's cache (hit), by the delegated authenticators (miss), or not eligible for the cache (bypass: no client certificate, no cache on the server).",
 	}, []string{"result"})
+	m.AuthLastKnown = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_auth_last_known_answers_total",
+		Help: "Reviews (tokenreview, subjectaccessreview) the apiserver could not answer, by result: reused (the last answer for the same token or request attributes, at most 5m old, was used instead) or none (there was none: the request failed).",
+	}, []string{"review", "result"})
 	m.Impersonation = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_impersonation_requests_total",
 		Help: "Requests to the tier's endpoint with Impersonate-* headers, by result: allowed (answered as the impersonated user), forbidden (the caller may not impersonate them), invalid (headers the apiserver rejects), error.",
@@ -297,7 +302,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		Help: "LIST requests (pages) read through a field index instead of a scan, by resource and indexed field.",
 	}, []string{"resource", "index"})
 	reg.MustRegister(m.IndexEntries, m.IndexValues, m.IndexBytes, m.IndexedLists)
-	reg.MustRegister(m.AuthnConnCache, m.Impersonation, m.Goaways, m.MemoryReleased, m.ProtobufConversions, m.TableErrors)
+	reg.MustRegister(m.AuthnConnCache, m.AuthLastKnown, m.Impersonation, m.Goaways, m.MemoryReleased, m.ProtobufConversions, m.TableErrors)
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
 	reg.MustRegister(m.WatchDispatchWatchers, m.WatchIndexValues, m.WatchDispatchCandidates)
 	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes, m.ProgressProbeBookmark,

@@ -107,7 +107,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	handler, clientAuth, err := auth.Wrap(ctx, auth.Options{
 		Client: cfg.Client, Paths: cfg.Paths, AlwaysAllowPaths: []string{"/healthz", "/livez", "/readyz"},
-		ConnCacheResults: cfg.Metrics.AuthnConnCache, ImpersonationResults: cfg.Metrics.Impersonation, Log: cfg.Log,
+		ConnCacheResults: cfg.Metrics.AuthnConnCache, LastKnownAnswers: cfg.Metrics.AuthLastKnown, ImpersonationResults: cfg.Metrics.Impersonation, Log: cfg.Log,
 		PriorityAndFairness: cfg.PriorityAndFairness,
 		RequestTimeout:      cfg.RequestTimeout, TimedOut: timedOut(cfg),
 	}, mux)
