@@ -82,6 +82,7 @@ type common struct {
 	metricsListen             *string
 	verbosity                 *int
 	profiling                 *bool
+	priorityAndFairness       *bool
 	profile                   *v1alpha1.CacheProfile
 	upstream                  *rest.Config
 	log                       logr.Logger
@@ -92,15 +93,16 @@ type common struct {
 func newCommon(role, defaultListen string) *common {
 	fs := flag.NewFlagSet(role, flag.ExitOnError)
 	return &common{
-		fs:            fs,
-		profilePath:   fs.String("profile", "", "CacheProfile manifest (YAML) naming the resources to cache"),
-		kubeconfig:    fs.String("kubeconfig", "", "kubeconfig of the apiserver to cache (default: in-cluster)"),
-		listen:        fs.String("listen", defaultListen, "HTTPS address to serve on"),
-		certFile:      fs.String("tls-cert-file", "", "serving certificate (re-read when it changes)"),
-		keyFile:       fs.String("tls-private-key-file", "", "serving key"),
-		metricsListen: fs.String("metrics-listen", "", "plain-HTTP address for /metrics, /readyz and /livez (probes, scraping); empty: none"),
-		verbosity:     fs.Int("v", 0, "log verbosity"),
-		profiling:     fs.Bool("profiling", true, "serve Go's profiles under /debug/pprof/ (authorized like any non-resource path, as kube-apiserver's --profiling)"),
+		fs:                  fs,
+		profilePath:         fs.String("profile", "", "CacheProfile manifest (YAML) naming the resources to cache"),
+		kubeconfig:          fs.String("kubeconfig", "", "kubeconfig of the apiserver to cache (default: in-cluster)"),
+		listen:              fs.String("listen", defaultListen, "HTTPS address to serve on"),
+		certFile:            fs.String("tls-cert-file", "", "serving certificate (re-read when it changes)"),
+		keyFile:             fs.String("tls-private-key-file", "", "serving key"),
+		metricsListen:       fs.String("metrics-listen", "", "plain-HTTP address for /metrics, /readyz and /livez (probes, scraping); empty: none"),
+		verbosity:           fs.Int("v", 0, "log verbosity"),
+		profiling:           fs.Bool("profiling", true, "serve Go's profiles under /debug/pprof/ (authorized like any non-resource path, as kube-apiserver's --profiling)"),
+		priorityAndFairness: fs.Bool("enable-priority-and-fairness", true, "queue, dispatch and reject requests by the cluster's FlowSchemas and PriorityLevelConfigurations, as kube-apiserver's flag of the same name (standalone and front; a shard serves only fronts); false only to measure without it"),
 	}
 }
 
@@ -175,6 +177,7 @@ func runStandalone(args []string) error {
 		ProfileName: c.profile.Name, Spec: c.profile.Spec, Upstream: c.upstream,
 		Listener: c.listener, Certificate: cert, GetCertificate: c.getCertificate, Log: c.log, Profiling: *c.profiling,
 		ProtobufCacheBytes: *protobufCache, ListGzipCacheBytes: *listGzipCache,
+		DisablePriorityAndFairness: !*c.priorityAndFairness,
 	})
 }
 
@@ -251,6 +254,7 @@ func runFront(args []string) error {
 		ShardClient: shardClient, Listener: c.listener, GetCertificate: c.getCertificate,
 		ProbeListener: c.metricsListener, Profiling: *c.profiling, ProtobufCacheBytes: *protobufCache,
 		GoawayChance: *goawayChance, Log: c.log.WithValues("role", "front"),
+		DisablePriorityAndFairness: !*c.priorityAndFairness,
 	})
 }
 

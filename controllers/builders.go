@@ -599,7 +599,8 @@ func BuildPDB(p *cachev1alpha1.CacheProfile, opts Options, name, component strin
 
 // BuildClusterRole grants exactly what the cache-server needs: read the
 // cached resources, plus the namespaces when a namespace selector has to be
-// evaluated, delegate authentication and authorization of its clients, and
+// evaluated, delegate authentication and authorization of its clients,
+// read the cluster's priority-and-fairness configuration, and
 // call the shards (fronts present the fleet's ServiceAccount token; shards
 // authorize every call as get on a /shard/v1/ non-resource URL, so only this
 // ServiceAccount, or a cluster admin, reads a shard directly).
@@ -644,6 +645,11 @@ func BuildClusterRole(p *cachev1alpha1.CacheProfile) *rbacv1.ClusterRole {
 	rules = append(rules,
 		rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 		rbacv1.PolicyRule{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+		// Priority and fairness on the fronts reads the cluster's
+		// configuration. Not the write of FlowSchema status its config
+		// controller also attempts: kube-apiserver writes the same
+		// condition (docs/priority-and-fairness.md).
+		rbacv1.PolicyRule{APIGroups: []string{"flowcontrol.apiserver.k8s.io"}, Resources: []string{"flowschemas", "prioritylevelconfigurations"}, Verbs: []string{"list", "watch"}},
 		rbacv1.PolicyRule{NonResourceURLs: []string{ShardNonResourceURLs}, Verbs: []string{"get"}},
 	)
 	m := objectMeta(p, "", clusterRoleName(p), ComponentAuth)

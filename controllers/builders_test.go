@@ -262,6 +262,9 @@ func TestBuildClusterRoleIsExactlyReadPlusDelegation(t *testing.T) {
 		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, ResourceNames: []string{"deployments.apps", "replicasets.apps"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+		// Priority and fairness reads the cluster's configuration; it is
+		// denied the FlowSchema status write on purpose.
+		{APIGroups: []string{"flowcontrol.apiserver.k8s.io"}, Resources: []string{"flowschemas", "prioritylevelconfigurations"}, Verbs: []string{"list", "watch"}},
 		{NonResourceURLs: []string{"/shard/v1/*"}, Verbs: []string{"get"}},
 	}
 	got, _ := yaml.Marshal(cr.Rules)
@@ -336,6 +339,19 @@ func TestConfigHashesScopeRestarts(t *testing.T) {
 	}
 	if bs == is || bf == ifr {
 		t.Error("changing what is ingested must restart shards and front")
+	}
+	// The fronts' priority-and-fairness seats reach them in the rendered
+	// profile: a change restarts the fronts, not the shards.
+	seats := build(func(p *cachev1alpha1.CacheProfile) { p.Spec.ServerConcurrencyLimit = ptr.To[int32](300) })
+	if ss, sf := h(seats); ss != bs || sf == bf {
+		t.Error("changing serverConcurrencyLimit must restart the fronts only")
+	}
+	var rendered cachev1alpha1.CacheProfile
+	if err := yaml.UnmarshalStrict([]byte(seats.ConfigMap.Data[ProfileConfigKey]), &rendered); err != nil {
+		t.Fatal(err)
+	}
+	if rendered.Spec.ServerConcurrencyLimit == nil || *rendered.Spec.ServerConcurrencyLimit != 300 {
+		t.Errorf("the front's profile has serverConcurrencyLimit %v, want 300", rendered.Spec.ServerConcurrencyLimit)
 	}
 
 	// A rotated serving certificate restarts the front but leaves every

@@ -225,6 +225,19 @@ type CacheProfileSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('75s') && duration(self) <= duration('1h')",message="historyWindow must be between 75s and 1h"
 	// +optional
 	HistoryWindow *metav1.Duration `json:"historyWindow,omitempty"`
+	// ServerConcurrencyLimit is the number of seats API Priority and
+	// Fairness shares among the cluster's priority levels on each front
+	// (and on a standalone tier): what kube-apiserver's
+	// --max-requests-inflight plus --max-mutating-requests-inflight are to
+	// it. The tier classifies, queues and rejects (429 with Retry-After)
+	// by the cluster's own FlowSchemas and PriorityLevelConfigurations.
+	// Unset: 50 seats per CPU core of the container's CPU limit (of
+	// GOMAXPROCS when it has none), at least 20. Changing it restarts the
+	// fronts only.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	ServerConcurrencyLimit *int32 `json:"serverConcurrencyLimit,omitempty"`
 	// Image of the cache-server. Empty means the operator's own image (one
 	// image carries both binaries), or its RELATED_IMAGE_CACHE_SERVER
 	// environment variable when that is set.

@@ -109,6 +109,11 @@ func (in *CacheProfileSpec) DeepCopyInto(out *CacheProfileSpec) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.ServerConcurrencyLimit != nil {
+		in, out := &in.ServerConcurrencyLimit, &out.ServerConcurrencyLimit
+		*out = new(int32)
+		**out = **in
+	}
 	in.PodResources.DeepCopyInto(&out.PodResources)
 	in.Scheduling.DeepCopyInto(&out.Scheduling)
 	in.Expose.DeepCopyInto(&out.Expose)

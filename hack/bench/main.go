@@ -109,11 +109,12 @@ func main() {
 	flag.StringVar(&o.profileDir, "profile-dir", "", "write CPU profiles of both servers under LIST load here (/debug/pprof/profile; both serve it to the admin)")
 	flag.DurationVar(&o.freshness, "freshness-timeout", 0, "the tier profile's freshnessTimeout (default: the profile's default, 3s); the 100k-object scale run on a loaded machine needs more")
 	flag.IntVar(&o.fleet, "fleet", 0, "run the tier as a fleet of this many shard processes and a front (list mode; apicost, quietread and nodes run one next to the standalone tier, default 2 shards; CPU and RSS summed over the processes)")
-	mode := flag.String("mode", "list", "benchmark: list, watchlist, fanout, watch (watchlist and fanout), nodes, probecost, apicost, quietread or aggwatch")
+	mode := flag.String("mode", "list", "benchmark: list, watchlist, fanout, watch (watchlist and fanout), nodes, probecost, apicost, quietread, aggwatch or flood")
 	wo := watchFlags()
 	fo := freshFlags()
 	no := nodesFlags()
 	ao := aggWatchFlags()
+	flo := floodFlags()
 	flag.Parse()
 	o.settle = fo.api.settle
 	no.writers, no.podSize = wo.writers, pods.size
@@ -140,6 +141,12 @@ func main() {
 		wo.watchList = *mode != "fanout"
 		wo.fanout = *mode != "watchlist"
 		if err := runWatch(context.Background(), o, wo); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	case "flood":
+		if err := runFlood(context.Background(), o, flo); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}

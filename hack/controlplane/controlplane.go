@@ -424,6 +424,18 @@ func (cp *ControlPlane) Exited() error {
 	return nil
 }
 
+// PID is the process ID of a process started by StartProcess (its
+// resident memory is read from /proc/<pid>/status), 0 when there is no
+// such running process.
+func (cp *ControlPlane) PID(name string) int {
+	for _, p := range cp.procs {
+		if p.name == name && p.cmd.Process != nil {
+			return p.cmd.Process.Pid
+		}
+	}
+	return 0
+}
+
 // StopProcess stops a process started by StartProcess (SIGTERM to its
 // process group, SIGKILL after 15 s) before the rest of the control plane,
 // for callers whose teardown has an order. Stopping an unknown or already

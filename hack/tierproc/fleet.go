@@ -107,11 +107,12 @@ func StartFleet(ctx context.Context, cp *controlplane.ControlPlane, opts FleetOp
 		return nil, err
 	}
 	f.FrontMetricsURL = "http://" + frontMetrics
-	exited, log, err := cp.StartProcess("front-"+opts.Profile, opts.Binary, "front",
-		"--profile="+t.ProfileFile, "--topology="+topoFile, "--kubeconfig="+opts.Kubeconfig,
-		"--api-group="+t.Paths.Group, "--listen="+net.JoinHostPort(t.ClusterIP, strconv.Itoa(t.Port)),
-		"--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile, "--shard-ca-file="+caFile,
-		"--metrics-listen="+frontMetrics, "-v="+strconv.Itoa(opts.Verbosity))
+	t.Process = "front-" + opts.Profile
+	exited, log, err := cp.StartProcess(t.Process, opts.Binary, append([]string{"front",
+		"--profile=" + t.ProfileFile, "--topology=" + topoFile, "--kubeconfig=" + opts.Kubeconfig,
+		"--api-group=" + t.Paths.Group, "--listen=" + net.JoinHostPort(t.ClusterIP, strconv.Itoa(t.Port)),
+		"--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile, "--shard-ca-file=" + caFile,
+		"--metrics-listen=" + frontMetrics, "-v=" + strconv.Itoa(opts.Verbosity)}, opts.ExtraArgs...)...)
 	if err != nil {
 		return nil, err
 	}

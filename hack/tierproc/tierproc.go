@@ -63,6 +63,8 @@ type Options struct {
 	// tier its own identity, or a path through something between it and
 	// the apiserver.
 	Kubeconfig string
+	// ExtraArgs are appended to the standalone or front command line.
+	ExtraArgs []string
 }
 
 // Tier is a running, registered tier process.
@@ -93,6 +95,9 @@ type Tier struct {
 	ProfileFile, Log string
 	// Exited is closed when the process ends.
 	Exited <-chan struct{}
+	// Process is the name the control plane knows the process by
+	// (controlplane.ControlPlane.PID, StopProcess).
+	Process string
 
 	cp *controlplane.ControlPlane
 }
@@ -121,7 +126,9 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*T
 		"--tls-hosts=" + strings.Join([]string{t.ServerName, opts.ServiceName + "." + opts.Namespace, t.ClusterIP, "127.0.0.1", "localhost"}, ","),
 		"-v=" + strconv.Itoa(opts.Verbosity),
 	}
-	exited, logPath, err := cp.StartProcess("cache-server-"+opts.Profile, opts.Binary, args...)
+	args = append(args, opts.ExtraArgs...)
+	t.Process = "cache-server-" + opts.Profile
+	exited, logPath, err := cp.StartProcess(t.Process, opts.Binary, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -45,6 +45,7 @@ const (
 	UpstreamAuthErrors      = "CachetierUpstreamAuthErrors"
 	CertificateExpiringSoon = "CachetierCertificateExpiringSoon"
 	OpenAPIStale            = "CachetierOpenAPIStale"
+	PriorityLevelRejecting  = "CachetierPriorityLevelRejecting"
 	ShardNoReadyReplica     = "CachetierShardNoReadyReplica"
 	ProfileDegraded         = "CachetierProfileDegraded"
 	OperatorReconcileErrors = "CachetierOperatorReconcileErrors"
@@ -142,6 +143,21 @@ func FleetRules(s FleetScope) []Group {
 			Labels: map[string]string{"severity": "warning"},
 			Annotations: annotations(OpenAPIStale, "A cache-server cannot refresh the apiserver's OpenAPI documents.",
 				"{{ $labels.pod }} has not read the apiserver's OpenAPI documents for {{ $value | humanizeDuration }}; kubectl explain through it misses CRD changes since then."),
+		},
+		{
+			Alert: PriorityLevelRejecting,
+			// Priority and fairness answers 429 when a level's queues
+			// are full or a request waited 15 s in one. A burst now and
+			// then is what it is for; a level rejecting for 5 minutes
+			// (a rejection at least every 2) means its clients get less
+			// than they ask for, all the time. The counter exists only
+			// once a level rejected; rate over 2m needs two scrapes in
+			// it (scrape interval 1m or less).
+			Expr:   fmt.Sprintf(`sum by (namespace, job, priority_level) (rate(apiserver_flowcontrol_rejected_requests_total{%s}[2m])) > 0`, m),
+			For:    "5m",
+			Labels: map[string]string{"severity": "warning"},
+			Annotations: annotations(PriorityLevelRejecting, "The tier keeps rejecting requests of a priority level with 429.",
+				"{{ $labels.job }} has rejected requests at priority level {{ $labels.priority_level }} for 5 minutes ({{ $value | humanize }}/s, 429 with Retry-After): the clients of its flow schemas ask for more than the level's share of the tier's seats."),
 		},
 	}
 	return []Group{{Name: "cachetier-fleet-" + s.Profile, Rules: rules}}

@@ -42,6 +42,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
+	"github.com/cachetier/cachetier/cache-server/internal/deadline"
 	"github.com/cachetier/cachetier/internal/aggpath"
 )
 
@@ -73,11 +74,25 @@ type Options struct {
 	// ConnCacheResults, when set, counts the per-connection cache's
 	// answers by result: hit, miss, bypass (see conncache.go).
 	ConnCacheResults *prometheus.CounterVec
+	// LastKnownAnswers, when set, counts reviews answered from the last
+	// known answers while the apiserver was unreachable (lastknown.go), by
+	// review and result (reused, none).
+	LastKnownAnswers *prometheus.CounterVec
 	// ImpersonationResults, when set, counts requests with impersonation
 	// headers by result: allowed, forbidden, invalid, error.
 	ImpersonationResults *prometheus.CounterVec
 	// Log receives a line for every refused impersonation.
 	Log logr.Logger
+	// PriorityAndFairness, when set, is the priority-and-fairness filter
+	// (package apf), put where kube-apiserver puts it: after
+	// authentication and impersonation, before authorization.
+	PriorityAndFairness func(http.Handler) http.Handler
+	// RequestTimeout, when set, bounds every request but a watch (package
+	// deadline), put after authentication and impersonation so that
+	// TimedOut knows the user; TimedOut (optional) hears of the requests
+	// cut.
+	RequestTimeout time.Duration
+	TimedOut       func(r *http.Request)
 }
 
 // Wrap returns handler behind authentication and authorization, and the TLS
@@ -133,6 +148,7 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 	}
 	// Reuse successful answers within a connection (see conncache.go); only
 	// active on servers whose ConnContext is ConnContext.
+	authn = &lastKnownTokens{inner: authn, answers: newLastKnown[*authenticator.Response]("tokenreview", opts.LastKnownAnswers, opts.Log)}
 	cached := newConnCachingAuthenticator(authn, rh, ttl)
 	cached.results = opts.ConnCacheResults
 	authn = cached
@@ -145,6 +161,7 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 	if err != nil {
 		return nil, 0, fmt.Errorf("build authorizer: %w", err)
 	}
+	authz = &lastKnownAuthorizer{inner: authz, answers: newLastKnown[authzAnswer]("subjectaccessreview", opts.LastKnownAnswers, opts.Log)}
 	resolver := &prefixResolver{paths: opts.Paths, factory: &request.RequestInfoFactory{
 		APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api"),
 	}}
@@ -162,10 +179,20 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 
 // chain puts handler behind the filters in the order kube-apiserver's
 // DefaultBuildHandlerChain uses (k8s.io/apiserver/pkg/server/config.go):
-// request info, authentication, impersonation, authorization.
+// request info, authentication, impersonation, priority and fairness,
+// authorization — with the request deadline after impersonation (the
+// apiserver's is outside authentication; here it is inside so that a cut
+// request is logged with its user; only its clock starts later, by the
+// authentication's time).
 func chain(handler http.Handler, authn authenticator.Request, authz authorizer.Authorizer, rh *authenticatorfactory.RequestHeaderConfig, resolver request.RequestInfoResolver, opts Options) http.Handler {
 	codecs := scheme.Codecs
 	h := genericfilters.WithAuthorization(handler, authz, codecs)
+	if opts.PriorityAndFairness != nil {
+		h = opts.PriorityAndFairness(h)
+	}
+	if opts.RequestTimeout > 0 {
+		h = deadline.Filter(h, opts.RequestTimeout, opts.TimedOut)
+	}
 	h = withImpersonation(h, authz, codecs, opts.Log, opts.ImpersonationResults)
 	h = genericfilters.WithAuthentication(h, authn, genericfilters.Unauthorized(codecs), nil, rh)
 	return genericfilters.WithRequestInfo(h, resolver)

@@ -116,6 +116,9 @@ func (s *Source) stream(ctx context.Context, i int, from uint64, started func())
 		switch rec.Kind {
 		case shardwire.KindWatermark:
 			s.uncached.Store(rec.Header.Uncached)
+			if rec.Header.Sizes != nil {
+				s.setSizes(i, *rec.Header.Sizes)
+			}
 			if first {
 				s.restart(i, rec.Header.RV)
 				first = false

@@ -44,6 +44,8 @@ type Source struct {
 	// streaming is, per shard, the endpoint of the replica its change
 	// stream is read from ("" while reconnecting).
 	streaming []string
+	// sizes are the shards' latest reported sizes (sizes.go).
+	sizes []store.Sizes
 }
 
 var (
@@ -68,6 +70,7 @@ func NewSource(opts Options) *Source {
 		client: opts.Client, metrics: opts.Metrics, log: opts.Log,
 		synced: make(chan struct{}),
 		starts: make([]uint64, n), wm: make([]uint64, n), queues: make([][]store.Event, n), streaming: make([]string, n),
+		sizes: make([]store.Sizes, n),
 	}
 	s.hub = watch.New(watch.Options{
 		Resource: s.label, Store: s, FieldIndexes: opts.Entry.FieldIndexes, Metrics: opts.Metrics, Log: opts.Log,

@@ -145,10 +145,18 @@ func (s *Server) ready(ctx context.Context, res *resource, read listparams.Read)
 		rv, err := ing.CurrentRV(ctx)
 		if err != nil {
 			s.observeWait(res, start, "rv_fetch_failed")
-			if ctx.Err() != nil {
-				return 0, &store.TooLargeResourceVersionError{RV: 0, Current: ing.AppliedRV(), Err: err}
+			if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+				// The tier's own RBAC or credentials: retrying will not
+				// help, and the operator must see why.
+				return 0, apierrors.NewServiceUnavailable("cannot read the apiserver's current resourceVersion: " + err.Error())
 			}
-			return 0, apierrors.NewServiceUnavailable("cannot read the apiserver's current resourceVersion: " + err.Error())
+			// The apiserver (or, in a fleet, a shard's way to it) does not
+			// answer: freshness cannot be proven, which kube-apiserver's
+			// watch cache answers with 504 ResourceVersionTooLarge and
+			// Retry-After — clients retry it, as they retry the timeout
+			// of a wait. Never the cached data instead.
+			s.opts.Log.V(1).Info("consistent read refused: the apiserver's current resourceVersion cannot be read", "resource", res.label, "appliedRV", ing.AppliedRV(), "error", err.Error())
+			return 0, &store.TooLargeResourceVersionError{RV: 0, Current: ing.AppliedRV(), Err: err}
 		}
 		target = rv
 	case listparams.ReadNotOlderThan, listparams.ReadExact:

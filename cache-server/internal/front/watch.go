@@ -14,6 +14,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
 
 	encoding_ "github.com/cachetier/cachetier/cache-server/internal/encoding"
 	"github.com/cachetier/cachetier/cache-server/internal/listparams"
@@ -201,6 +202,13 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resourc
 			return http.StatusOK
 		}
 	}
+
+	// The watch is established and its initial events, if any, written
+	// up to the initial-events-end bookmark: priority and fairness
+	// releases the seats it held for that work (the apiserver's cacher
+	// signals at the same point). A stream that ended earlier was
+	// released when the handler returned.
+	utilflowcontrol.WatchInitialized(r.Context())
 
 	var out []watch.Out
 	for {

@@ -20,8 +20,10 @@ import (
 
 	"github.com/cachetier/cachetier/api/topology"
 	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/cache-server/internal/apf"
 	"github.com/cachetier/cachetier/cache-server/internal/auth"
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
+	"github.com/cachetier/cachetier/cache-server/internal/deadline"
 	"github.com/cachetier/cachetier/cache-server/internal/fleet"
 	"github.com/cachetier/cachetier/cache-server/internal/front"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
@@ -57,6 +59,9 @@ type Config struct {
 	// (serving.Config.GoawayChance).
 	GoawayChance float64
 	Log          logr.Logger
+	// DisablePriorityAndFairness serves without priority and fairness
+	// (--enable-priority-and-fairness=false: measurements without it).
+	DisablePriorityAndFairness bool
 }
 
 // Run serves until ctx ends.
@@ -115,7 +120,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, OpenAPI: docs,
 	})
 	if cfg.ProbeListener != nil {
-		go serving.Probes(ctx, cfg.ProbeListener, reg, func() error {
+		go serving.Probes(ctx, cfg.ProbeListener, serving.Gatherer(reg, apf.Gatherer()), func() error {
 			for i, s := range sources {
 				select {
 				case <-s.Synced():
@@ -126,9 +131,14 @@ func Run(ctx context.Context, cfg Config) error {
 			return docs.Ready()
 		})
 	}
+	var fairness func(http.Handler) http.Handler
+	if !cfg.DisablePriorityAndFairness {
+		fairness = apf.Run(ctx, authClient, cfg.Spec.ServerConcurrencyLimit, api, m.APFConfigSynced.WithLabelValues(), cfg.Log).Filter
+	}
 	return serving.Run(ctx, serving.Config{
 		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: authClient, Paths: paths,
 		API: api, Registry: reg, Metrics: m, Profiling: cfg.Profiling, Log: cfg.Log,
+		PriorityAndFairness: fairness, Gatherer: apf.Gatherer(), RequestTimeout: deadline.RequestTimeout,
 		GoawayChance: cfg.GoawayChance,
 		BeforeShutdown: func() {
 			for _, s := range sources {

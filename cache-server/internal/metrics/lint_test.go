@@ -16,7 +16,7 @@ import (
 // apiserver's own), and the
 // fixed outcome/type/reason/path/result values the code sets; version is
 // go_info's (one value per binary).
-var boundedLabels = []string{"verb", "resource", "code", "outcome", "type", "reason", "shard", "path", "result", "version", "index"}
+var boundedLabels = []string{"verb", "resource", "code", "outcome", "type", "reason", "shard", "path", "result", "version", "index", "review"}
 
 // TestMetricNamesFollowConventions lints everything a cache-server
 // registers (its own metrics and Go's runtime and process collectors, as

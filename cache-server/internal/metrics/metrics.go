@@ -61,6 +61,7 @@ type Metrics struct {
 	OpenAPILastSuccess prometheus.Gauge       // Unix time of the last successful OpenAPI poll
 
 	AuthnConnCache *prometheus.CounterVec // result: hit, miss, bypass
+	AuthLastKnown  *prometheus.CounterVec // review, result: reused, none
 	Impersonation  *prometheus.CounterVec // result: allowed, forbidden, invalid, error
 	Goaways        prometheus.Counter     // HTTP/2 connections asked to reconnect (serving.withGoaway)
 	MemoryReleased prometheus.Counter     // bytes returned to the OS after bulk loads
@@ -69,6 +70,12 @@ type Metrics struct {
 	UpstreamResponses *prometheus.CounterVec // code: responses of the apiserver to the tier's calls
 	ServingCertExpiry prometheus.Gauge       // NotAfter of the certificate being served, Unix seconds
 	MemoryLimit       *prometheus.GaugeVec   // no labels; only set when the process has a cgroup memory limit
+	// APFConfigSynced: no labels; set (0, then 1) where priority and
+	// fairness runs (standalone, fronts; package apf).
+	APFConfigSynced *prometheus.GaugeVec
+	// RequestDeadlineExceeded: verb; requests still running at the
+	// request deadline (package deadline), cut there.
+	RequestDeadlineExceeded *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them on reg.
@@ -182,6 +189,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_authn_connection_cache_total",
 		Help: "Authentications answered from the connection's cache (hit), by the delegated authenticators (miss), or not eligible for the cache (bypass: no client certificate, no cache on the server).",
 	}, []string{"result"})
+	m.AuthLastKnown = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_auth_last_known_answers_total",
+		Help: "Reviews (tokenreview, subjectaccessreview) the apiserver could not answer, by result: reused (the last answer for the same token or request attributes, at most 5m old, was used instead) or none (there was none: the request failed).",
+	}, []string{"review", "result"})
 	m.Impersonation = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_impersonation_requests_total",
 		Help: "Requests to the tier's endpoint with Impersonate-* headers, by result: allowed (answered as the impersonated user), forbidden (the caller may not impersonate them), invalid (headers the apiserver rejects), error.",
@@ -244,7 +255,18 @@ func New(reg prometheus.Registerer) *Metrics {
 		Help: "When the OpenAPI documents were last polled successfully, in Unix seconds (0: never; shards never poll; a front answers /openapi/* with 503 until its first success).",
 	})
 	reg.MustRegister(m.OpenAPIRefreshes, m.OpenAPILastSuccess)
-	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit)
+	m.APFConfigSynced = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cachetier_priority_and_fairness_config_synced",
+		Help: "1 once priority and fairness has read the cluster's FlowSchemas and PriorityLevelConfigurations, 0 before (requests are then classified by the mandatory catch-all level); absent where it does not run (shards).",
+	}, nil)
+	m.RequestDeadlineExceeded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_request_deadline_exceeded_total",
+		Help: "Requests other than watches still running at the request deadline (60 s, kube-apiserver's --request-timeout), by verb: cut there, a slow client's LIST releases what it held.",
+	}, []string{"verb"})
+	for _, verb := range []string{"get", "list"} {
+		m.RequestDeadlineExceeded.WithLabelValues(verb)
+	}
+	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit, m.APFConfigSynced, m.RequestDeadlineExceeded)
 	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark)
 	m.TableErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_table_errors_total",
@@ -280,7 +302,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		Help: "LIST requests (pages) read through a field index instead of a scan, by resource and indexed field.",
 	}, []string{"resource", "index"})
 	reg.MustRegister(m.IndexEntries, m.IndexValues, m.IndexBytes, m.IndexedLists)
-	reg.MustRegister(m.AuthnConnCache, m.Impersonation, m.Goaways, m.MemoryReleased, m.ProtobufConversions, m.TableErrors)
+	reg.MustRegister(m.AuthnConnCache, m.AuthLastKnown, m.Impersonation, m.Goaways, m.MemoryReleased, m.ProtobufConversions, m.TableErrors)
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
 	reg.MustRegister(m.WatchDispatchWatchers, m.WatchIndexValues, m.WatchDispatchCandidates)
 	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes, m.ProgressProbeBookmark,

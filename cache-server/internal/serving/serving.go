@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cachetier/cachetier/cache-server/internal/auth"
@@ -52,12 +53,50 @@ type Config struct {
 	// GoawayChance is the fraction of HTTP/2 requests after which the
 	// client is asked to reconnect (withGoaway); 0 never.
 	GoawayChance float64
+	// PriorityAndFairness, when set, is the priority-and-fairness filter
+	// (auth.Options.PriorityAndFairness).
+	PriorityAndFairness func(http.Handler) http.Handler
+	// RequestTimeout, when set, bounds every request but a watch (package
+	// deadline; deadline.RequestTimeout where clients are served). A
+	// shard sets none: its clients are fronts, whose requests have
+	// deadlines of their own and cancel the shard's work when cut, and its
+	// change stream to a front (/shard/v1/watch, not a "watch" verb to
+	// the request-info parser) must not be cut.
+	RequestTimeout time.Duration
+	// Gatherer, when set, is served at /metrics next to Registry (the
+	// library metrics of priority and fairness, apf.Gatherer).
+	Gatherer prometheus.Gatherer
+}
+
+// Gatherer is reg plus extra (when set): what /metrics serves.
+func Gatherer(reg *prometheus.Registry, extra prometheus.Gatherer) prometheus.Gatherer {
+	if extra == nil {
+		return reg
+	}
+	return prometheus.Gatherers{reg, extra}
+}
+
+// timedOut counts and logs a request cut at its deadline: a client that
+// reads too slowly (or a read that took a minute, which the apiserver
+// would cut too).
+func timedOut(cfg Config) func(r *http.Request) {
+	return func(r *http.Request) {
+		verb, name := "", ""
+		if info, ok := request.RequestInfoFrom(r.Context()); ok {
+			verb = info.Verb
+		}
+		if u, ok := request.UserFrom(r.Context()); ok {
+			name = u.GetName()
+		}
+		cfg.Metrics.RequestDeadlineExceeded.WithLabelValues(verb).Inc()
+		cfg.Log.Info("request cut at its deadline", "user", name, "verb", verb, "path", r.URL.Path, "deadline", cfg.RequestTimeout)
+	}
 }
 
 // Run serves until ctx ends.
 func Run(ctx context.Context, cfg Config) error {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(Gatherer(cfg.Registry, cfg.Gatherer), promhttp.HandlerOpts{}))
 	mux.Handle("/", cfg.API)
 	if cfg.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -68,7 +107,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	handler, clientAuth, err := auth.Wrap(ctx, auth.Options{
 		Client: cfg.Client, Paths: cfg.Paths, AlwaysAllowPaths: []string{"/healthz", "/livez", "/readyz"},
-		ConnCacheResults: cfg.Metrics.AuthnConnCache, ImpersonationResults: cfg.Metrics.Impersonation, Log: cfg.Log,
+		ConnCacheResults: cfg.Metrics.AuthnConnCache, LastKnownAnswers: cfg.Metrics.AuthLastKnown, ImpersonationResults: cfg.Metrics.Impersonation, Log: cfg.Log,
+		PriorityAndFairness: cfg.PriorityAndFairness,
+		RequestTimeout:      cfg.RequestTimeout, TimedOut: timedOut(cfg),
 	}, mux)
 	if err != nil {
 		return err
@@ -109,7 +150,7 @@ func Run(ctx context.Context, cfg Config) error {
 // Probes serves /metrics, /readyz and /livez over plain HTTP on ln (the
 // fleet's probe and scrape port) until ctx ends. ready returns nil when
 // the role can serve.
-func Probes(ctx context.Context, ln net.Listener, reg *prometheus.Registry, ready func() error) {
+func Probes(ctx context.Context, ln net.Listener, reg prometheus.Gatherer, ready func() error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })

@@ -245,8 +245,18 @@ func (s *Server) watch(ctx context.Context, out *shardwire.Writer, res ingest.Re
 		return err
 	}
 	defer watcher.Stop()
+	// The front estimates reads' costs from the shards' sizes: they ride
+	// on a watermark every sizesEvery (a walk of a few maps per shard).
+	var sizesSent time.Time
+	watermark := func(rv uint64) error {
+		if time.Since(sizesSent) < sizesEvery {
+			return out.Watermark(rv, res.Ingester.UpstreamUncached())
+		}
+		sizesSent = time.Now()
+		return out.WatermarkWithSizes(rv, res.Ingester.UpstreamUncached(), res.Ingester.Store().Sizes())
+	}
 	if from == 0 {
-		if err := out.Watermark(watcher.SnapshotRV, res.Ingester.UpstreamUncached()); err != nil {
+		if err := watermark(watcher.SnapshotRV); err != nil {
 			return err
 		}
 	}
@@ -255,8 +265,8 @@ func (s *Server) watch(ctx context.Context, out *shardwire.Writer, res ingest.Re
 	}
 	var evs []watch.Event
 	for {
-		var watermark uint64
-		evs, watermark, err = watcher.Follow(ctx.Done(), evs[:0])
+		var wm uint64
+		evs, wm, err = watcher.Follow(ctx.Done(), evs[:0])
 		if err != nil {
 			return err
 		}
@@ -268,8 +278,8 @@ func (s *Server) watch(ctx context.Context, out *shardwire.Writer, res ingest.Re
 				return err
 			}
 		}
-		if watermark > 0 {
-			if err := out.Watermark(watermark, res.Ingester.UpstreamUncached()); err != nil {
+		if wm > 0 {
+			if err := watermark(wm); err != nil {
 				return err
 			}
 		}
@@ -286,6 +296,9 @@ func (s *Server) watch(ctx context.Context, out *shardwire.Writer, res ingest.Re
 		}
 	}
 }
+
+// sizesEvery is how often a change stream carries the shard's sizes.
+const sizesEvery = 5 * time.Second
 
 // currentRV answers the apiserver's current RV for the resource, fetched
 // after the request arrived (coalesced with concurrent fetches).

@@ -101,6 +101,10 @@ type Header struct {
 	// Uncached (KindWatermark): the apiserver serves the resource without
 	// a watch cache (front.Source.UpstreamUncached).
 	Uncached bool `json:"u,omitempty"`
+	// Sizes (KindWatermark, every few seconds): the shard's object
+	// counts, from which a front estimates what a read costs (its
+	// priority-and-fairness work estimator).
+	Sizes *store.Sizes `json:"sz,omitempty"`
 	// Error (KindError).
 	Error *Error `json:"e,omitempty"`
 }
@@ -253,6 +257,11 @@ func (w *Writer) End(h Header) error { return w.write(KindEnd, h) }
 // Watermark writes progress.
 func (w *Writer) Watermark(rv uint64, uncached bool) error {
 	return w.write(KindWatermark, Header{RV: rv, Uncached: uncached})
+}
+
+// WatermarkWithSizes is Watermark carrying the shard's sizes.
+func (w *Writer) WatermarkWithSizes(rv uint64, uncached bool, sizes store.Sizes) error {
+	return w.write(KindWatermark, Header{RV: rv, Uncached: uncached, Sizes: &sizes})
 }
 
 // Error writes an error record.

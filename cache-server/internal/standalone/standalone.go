@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -20,8 +21,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/cache-server/internal/apf"
 	"github.com/cachetier/cachetier/cache-server/internal/auth"
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
+	"github.com/cachetier/cachetier/cache-server/internal/deadline"
 	"github.com/cachetier/cachetier/cache-server/internal/front"
 	"github.com/cachetier/cachetier/cache-server/internal/ingest"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
@@ -63,6 +66,9 @@ type Config struct {
 	// ListGzipCacheBytes bounds the compressed LIST chunks kept for later
 	// LISTs (front.Options.ListGzipCacheBytes).
 	ListGzipCacheBytes int64
+	// DisablePriorityAndFairness serves without priority and fairness
+	// (--enable-priority-and-fairness=false: measurements without it).
+	DisablePriorityAndFairness bool
 }
 
 // LoadProfile reads a CacheProfile manifest and applies the defaults the
@@ -174,9 +180,14 @@ func Run(ctx context.Context, cfg Config) error {
 		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, Paths: paths,
 		Version: ingested.Version, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, ListGzipCacheBytes: cfg.ListGzipCacheBytes, OpenAPI: docs,
 	})
+	var fairness func(http.Handler) http.Handler
+	if !cfg.DisablePriorityAndFairness {
+		fairness = apf.Run(ctx, authClient, cfg.Spec.ServerConcurrencyLimit, api, m.APFConfigSynced.WithLabelValues(), cfg.Log).Filter
+	}
 	return serving.Run(ctx, serving.Config{
 		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: authClient, Paths: paths,
 		API: api, Registry: reg, Metrics: m, Profiling: cfg.Profiling, Log: cfg.Log,
+		PriorityAndFairness: fairness, Gatherer: apf.Gatherer(), RequestTimeout: deadline.RequestTimeout,
 		BeforeShutdown: func() {
 			for _, r := range resources {
 				r.Hub.Close()

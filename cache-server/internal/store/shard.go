@@ -72,6 +72,8 @@ type Shard struct {
 	// history is ordered by rv; the last entry is the current state.
 	history []historyEntry
 	bytes   int64
+	// counts of the writer's state (counts.go).
+	counts counts
 	// advanced is closed when applied moves, waking WaitForRV callers.
 	// It is only replaced when someone waited on it, so ingestion does not
 	// allocate a channel per event when nobody waits.
@@ -94,6 +96,7 @@ func NewShard(opts ShardOptions) *Shard {
 		fields:     opts.Indexes,
 		index:      make([]*indexTree, len(opts.Indexes)),
 		published:  make([]*indexTree, len(opts.Indexes)),
+		counts:     newCounts(len(opts.Indexes)),
 	}
 	for i := range s.index {
 		s.index[i] = newIndexTree()
@@ -129,6 +132,7 @@ func (s *Shard) Apply(ev Event) error {
 		}
 		s.bytes += int64(len(ev.Object.Raw))
 		s.reindexLocked(old, ev.Object)
+		s.counts.move(s.fields, old, ev.Object)
 	case Deleted:
 		old, had := s.tree.Delete(ev.Object)
 		if !had {
@@ -137,6 +141,7 @@ func (s *Shard) Apply(ev Event) error {
 		}
 		s.bytes -= int64(len(old.Raw))
 		s.reindexLocked(old, nil)
+		s.counts.move(s.fields, old, nil)
 	default:
 		return fmt.Errorf("store: unknown event type %d", ev.Type)
 	}
@@ -191,6 +196,7 @@ func (s *Shard) Replace(objects []*Object, rv uint64) ([]Event, error) {
 		nextIndex[i] = newIndexTree()
 	}
 	var size int64
+	nextCounts := newCounts(len(s.fields))
 	i := 0
 	s.tree.Ascend(func(old *Object) bool {
 		for i < len(sorted) && sorted[i].Key < old.Key {
@@ -222,6 +228,7 @@ func (s *Shard) Replace(objects []*Object, rv uint64) ([]Event, error) {
 	for _, o := range sorted {
 		next.ReplaceOrInsert(o)
 		size += int64(len(o.Raw))
+		nextCounts.move(s.fields, nil, o)
 		for i, f := range s.fields {
 			nextIndex[i].ReplaceOrInsert(indexEntry{value: indexValue(o, f), key: o.Key})
 		}
@@ -229,6 +236,7 @@ func (s *Shard) Replace(objects []*Object, rv uint64) ([]Event, error) {
 
 	s.tree = next
 	s.bytes = size
+	s.counts = nextCounts
 	s.index = nextIndex
 	clear(s.published)
 	last := &s.history[len(s.history)-1]

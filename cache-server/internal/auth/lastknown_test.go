@@ -1,0 +1,129 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// scriptedAuthorizer answers with whatever the test set last.
+type scriptedAuthorizer struct {
+	authorizer.Authorizer
+	decision authorizer.Decision
+	err      error
+	asked    int
+}
+
+func (s *scriptedAuthorizer) Authorize(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+	s.asked++
+	return s.decision, "scripted", s.err
+}
+
+func TestLastKnownAuthorizer(t *testing.T) {
+	used := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"review", "result"})
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	inner := &scriptedAuthorizer{decision: authorizer.DecisionAllow}
+	kept := newLastKnown[authzAnswer]("subjectaccessreview", used, logr.Discard())
+	kept.clock = clk
+	a := &lastKnownAuthorizer{inner: inner, answers: kept}
+	alice := authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "alice"}, Verb: "list", Resource: "pods", ResourceRequest: true}
+	bob := alice
+	bob.User = &user.DefaultInfo{Name: "bob"}
+	watchAlice := alice
+	watchAlice.Verb = "watch"
+	ctx := context.Background()
+
+	if d, _, err := a.Authorize(ctx, alice); d != authorizer.DecisionAllow || err != nil {
+		t.Fatalf("apiserver up: %v %v", d, err)
+	}
+	inner.decision = authorizer.DecisionNoOpinion
+	if d, _, _ := a.Authorize(ctx, bob); d != authorizer.DecisionNoOpinion {
+		t.Fatalf("bob: %v", d)
+	}
+
+	// The apiserver is unreachable: the same questions get the last answers,
+	// other questions the error.
+	inner.decision, inner.err = authorizer.DecisionNoOpinion, errors.New("dial tcp: connection refused")
+	clk.SetTime(clk.Now().Add(time.Minute))
+	if d, _, err := a.Authorize(ctx, alice); d != authorizer.DecisionAllow || err != nil {
+		t.Fatalf("alice, apiserver down: %v %v, want the last answer (allow)", d, err)
+	}
+	if d, _, err := a.Authorize(ctx, bob); d != authorizer.DecisionNoOpinion || err != nil {
+		t.Fatalf("bob, apiserver down: %v %v, want the last answer (no opinion, no error)", d, err)
+	}
+	if _, _, err := a.Authorize(ctx, watchAlice); err == nil {
+		t.Fatal("a question never answered got no error with the apiserver down")
+	}
+	// Within lastKnownRetry of the failure the apiserver is not asked again.
+	asked := inner.asked
+	a.Authorize(ctx, alice)
+	if inner.asked != asked {
+		t.Errorf("asked the apiserver %d more times within %s of a failure", inner.asked-asked, lastKnownRetry)
+	}
+	if got := testutil.ToFloat64(used.WithLabelValues("subjectaccessreview", "reused")); got != 3 {
+		t.Errorf("reused %v, want 3", got)
+	}
+	if got := testutil.ToFloat64(used.WithLabelValues("subjectaccessreview", "none")); got != 1 {
+		t.Errorf("none %v, want 1", got)
+	}
+
+	// An answer from the apiserver, even a refusal (4xx), is never replaced.
+	clk.SetTime(clk.Now().Add(lastKnownRetry + time.Second))
+	inner.err = apierrors.NewForbidden(schema.GroupResource{Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}, "", errors.New("no"))
+	if _, _, err := a.Authorize(ctx, alice); err == nil {
+		t.Fatal("a 403 from the apiserver was replaced by the last answer")
+	}
+	// Too old answers are not reused.
+	inner.err = apierrors.NewServiceUnavailable("down")
+	clk.SetTime(clk.Now().Add(lastKnownMaxAge))
+	if _, _, err := a.Authorize(ctx, alice); err == nil {
+		t.Fatalf("an answer older than %s was reused", lastKnownMaxAge)
+	}
+}
+
+// scriptedAuthenticator authenticates every request as alice, or fails.
+type scriptedAuthenticator struct{ err error }
+
+func (s *scriptedAuthenticator) AuthenticateRequest(*http.Request) (*authenticator.Response, bool, error) {
+	if s.err != nil {
+		return nil, false, s.err
+	}
+	return &authenticator.Response{User: &user.DefaultInfo{Name: "alice"}}, true, nil
+}
+
+func TestLastKnownTokens(t *testing.T) {
+	inner := &scriptedAuthenticator{}
+	a := &lastKnownTokens{inner: inner, answers: newLastKnown[*authenticator.Response]("tokenreview", nil, logr.Discard())}
+	req := func(token string) *http.Request {
+		r, _ := http.NewRequest(http.MethodGet, "https://tier/api", nil)
+		if token != "" {
+			r.Header.Set("Authorization", "Bearer "+token)
+		}
+		return r
+	}
+	if _, ok, err := a.AuthenticateRequest(req("t1")); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	inner.err = errors.New("connection refused")
+	if resp, ok, err := a.AuthenticateRequest(req("t1")); !ok || err != nil || resp.User.GetName() != "alice" {
+		t.Fatalf("known token, apiserver down: %v %v", ok, err)
+	}
+	if _, ok, _ := a.AuthenticateRequest(req("t2")); ok {
+		t.Fatal("an unknown token authenticated with the apiserver down")
+	}
+	if _, ok, _ := a.AuthenticateRequest(req("")); ok {
+		t.Fatal("a request without a token authenticated by the kept answers")
+	}
+}

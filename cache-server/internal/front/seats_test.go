@@ -1,0 +1,230 @@
+package front_test
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/cachetier/cachetier/cache-server/internal/apf"
+	"github.com/cachetier/cachetier/cache-server/internal/front"
+)
+
+// The priority-and-fairness work estimate of the requests real clients
+// send, from what a real front (a store ingested from a loopback
+// apiserver, with the node index) says they walk and hold. These tests
+// live here, not in package apf, to reach front's test server.
+
+var infos = &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
+
+func requestOf(t *testing.T, target, accept string) *http.Request {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodGet, target, nil)
+	if accept != "" {
+		r.Header.Set("Accept", accept)
+	}
+	info, err := infos.NewRequestInfo(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := request.WithUser(request.WithRequestInfo(r.Context(), info), &user.DefaultInfo{Name: "alice", Groups: []string{user.AllAuthenticated}})
+	return r.WithContext(ctx)
+}
+
+// TestSeatsOfRequestShapes: a kubelet's LIST and watch of its node's
+// pods (read through the node index), GETs and plain watches take one
+// seat whatever the resource's size; a namespace's LIST is charged for
+// its namespace, not the resource; a full LIST and a full watch-list are
+// charged by the resource's count and bytes (as kube-apiserver charges
+// every cache-served LIST); a page by the page; a Table for what it
+// holds while built.
+func TestSeatsOfRequestShapes(t *testing.T) {
+	const n, namespaces, nodes = 20_000, 20, 200
+	srv, stop := front.NewPodsServer(t, n, namespaces, nodes)
+	defer stop()
+	estimate := apf.Estimator(srv)
+	seats := func(target, accept string) uint64 {
+		t.Helper()
+		return estimate(requestOf(t, target, accept), "global-default", "global-default").InitialSeats
+	}
+	const table = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+	full := seats("/api/v1/pods", "")
+	// 20,000 objects walked: 20 seats for the walk alone, plus the bytes.
+	if full < n/1000 {
+		t.Errorf("a full LIST of %d pods: %d seats, want at least %d", n, full, n/1000)
+	}
+	for _, tc := range []struct {
+		name, target, accept string
+		want                 uint64
+	}{
+		{"kubelet: its node's pods", "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-7&resourceVersion=0", "", 1},
+		{"kubelet: its node's pods, consistent", "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-7", "", 1},
+		{"kubelet: watch of its node's pods", "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-7&resourceVersion=1500&watch=true&allowWatchBookmarks=true", "", 1},
+		{"kubelet: watch-list of its node's pods", "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-7&watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan", "", 1},
+		// 1,000 pods of ~370 B: a seat for the walk, one for the bytes.
+		{"a namespace's pods", "/api/v1/namespaces/ns-3/pods", "", 2},
+		{"GET", "/api/v1/namespaces/ns-3/pods/pod-000003", "", 1},
+		{"plain watch of every pod", "/api/v1/pods?watch=true&resourceVersion=1500", "", 1},
+		{"a first page of 500", "/api/v1/pods?limit=500", "", 1},
+		{"informer: watch-list of every pod", "/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan", "", full},
+		{"informer: legacy watch from RV 0", "/api/v1/pods?watch=true&resourceVersion=0", "", full},
+	} {
+		if got := seats(tc.target, tc.accept); got != tc.want {
+			t.Errorf("%s (%s): %d seats, want %d", tc.name, tc.target, got, tc.want)
+		}
+	}
+	// A label selector walks the whole resource however few it returns.
+	if got := seats("/api/v1/pods?labelSelector=app%3Da1", ""); got < n/1000 {
+		t.Errorf("a full LIST by label: %d seats, want at least %d", got, n/1000)
+	}
+	// kubectl get in a namespace: its Table is built whole in memory.
+	if json, tbl := seats("/api/v1/namespaces/ns-3/pods", ""), seats("/api/v1/namespaces/ns-3/pods", table); tbl <= json {
+		t.Errorf("a namespace's Table: %d seats, its JSON LIST %d; want more", tbl, json)
+	}
+	t.Logf("a full LIST of %d pods: %d seats", n, full)
+}
+
+// gatedWriter holds the response's writes until open is closed: a client
+// that has not read yet.
+type gatedWriter struct {
+	http.ResponseWriter
+	open <-chan struct{}
+}
+
+func (g gatedWriter) Write(b []byte) (int, error) {
+	<-g.open
+	return g.ResponseWriter.Write(b)
+}
+
+func (g gatedWriter) Unwrap() http.ResponseWriter { return g.ResponseWriter }
+
+// TestWatchListHoldsSeatsUntilInitialEventsEnd: through the priority and
+// fairness filter, a watch-list of every pod executes with its LIST's
+// seats while its initial events are written, and releases them at its
+// initial-events-end bookmark although the watch stays open.
+func TestWatchListHoldsSeatsUntilInitialEventsEnd(t *testing.T) {
+	const n = 5000
+	srv, stop := front.NewPodsServer(t, n, 4, 50)
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// No configuration objects: the mandatory catch-all level takes
+	// every request (and every seat but the exempt level's).
+	fairness := apf.New(apf.Options{Client: fake.NewClientset(), ServerConcurrencyLimit: 100, Costs: srv, Log: logr.Discard()})
+	fairness.Start(ctx)
+	open := make(chan struct{})
+	h := fairness.Filter(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv.ServeHTTP(gatedWriter{w, open}, r)
+	}))
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		info, err := infos.NewRequestInfo(r)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		ctx := request.WithUser(request.WithRequestInfo(r.Context(), info), &user.DefaultInfo{Name: "alice", Groups: []string{user.AllAuthenticated}})
+		h.ServeHTTP(w, r.WithContext(ctx))
+	}))
+	defer hs.Close()
+
+	const watchList = "/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"
+	want := apf.Estimator(srv)(requestOf(t, watchList, ""), "", "").InitialSeats
+	if want < 5 {
+		t.Fatalf("a watch-list of %d pods estimated at %d seats", n, want)
+	}
+	executing := func() float64 {
+		t.Helper()
+		v, err := gaugeSum("apiserver_flowcontrol_current_executing_seats", "catch-all")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	waitFor := func(what string, ok func(float64) bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			v := executing()
+			if ok(v) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: catch-all executes %g seats", what, v)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	respc := make(chan *http.Response, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, hs.URL+watchList, nil)
+		resp, err := hs.Client().Do(req)
+		if err != nil {
+			t.Error(err)
+			close(respc)
+			return
+		}
+		respc <- resp
+	}()
+	// Writing its initial events, the watch-list holds its estimate.
+	waitFor("while its initial events are written", func(v float64) bool { return v == float64(want) })
+	time.Sleep(200 * time.Millisecond)
+	if v := executing(); v != float64(want) {
+		t.Fatalf("catch-all executes %g seats before the bookmark, want %d", v, want)
+	}
+	close(open)
+	resp := <-respc
+	if resp == nil {
+		return
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	events := 0
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), `"k8s.io/initial-events-end":"true"`) {
+			break
+		}
+		events++
+	}
+	if events != n {
+		t.Fatalf("%d initial events, want %d (%v)", events, n, sc.Err())
+	}
+	// After the bookmark: the seats are free, the watch still open.
+	waitFor("after the initial-events-end bookmark", func(v float64) bool { return v == 0 })
+	if got := apf.Estimator(srv)(requestOf(t, "/api/v1/pods?watch=true&resourceVersion=1500", ""), "", "").InitialSeats; got != 1 {
+		t.Errorf("a plain watch: %d seats, want 1", got)
+	}
+}
+
+// gaugeSum is the sum of a served apiserver_flowcontrol_* gauge's series
+// at a priority level.
+func gaugeSum(name, level string) (float64, error) {
+	mfs, err := apf.Gatherer().Gather()
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "priority_level" && l.GetValue() == level {
+					sum += m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return sum, nil
+}

@@ -1,0 +1,395 @@
+package main
+
+// -mode flood (issue 21): the same flood against kube-apiserver, a
+// standalone tier and a fleet (2 shards + front), side by side. One user in
+// the global-default flow loops -flood-lists concurrent full consistent
+// LISTs of every ConfigMap for -flood-duration, then -flood-watchlists
+// concurrent watch-lists of them; meanwhile a node identity (group
+// system:nodes) LISTs its node's Pods every second with a watch of them
+// open, and a workload identity (a ServiceAccount: service-accounts,
+// workload-low) GETs a Pod -flood-gets times a second. Each server is first
+// measured unloaded (the victims alone), then under each flood.
+//
+// Reported per server and phase: the victims' p50/p99 and their ratio to
+// the same server unloaded, their failures; the flooder's answers, its
+// 429 share and whether every 429 had Retry-After; 5xx and dropped
+// connections (transport errors, watches that ended early); peak RSS
+// (sampled every 250 ms) and CPU (cores) of the server's processes.
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/hack/tierproc"
+)
+
+type floodOptions struct {
+	duration, unloaded time.Duration
+	lists, watchLists  int
+	gets               int
+	configMaps, cmSize int
+	pods, nodes        int
+}
+
+func floodFlags() *floodOptions {
+	var f floodOptions
+	flag.DurationVar(&f.duration, "flood-duration", 60*time.Second, "flood: how long each flood (LISTs, then watch-lists) lasts per server")
+	flag.DurationVar(&f.unloaded, "flood-unloaded", 20*time.Second, "flood: how long the victims run alone on each server first")
+	flag.IntVar(&f.lists, "flood-lists", 64, "flood: concurrent full consistent LISTs of the flooder")
+	flag.IntVar(&f.watchLists, "flood-watchlists", 64, "flood: concurrent watch-lists of the flooder")
+	flag.IntVar(&f.gets, "flood-gets", 20, "flood: the workload identity's GETs per second")
+	flag.IntVar(&f.configMaps, "flood-configmaps", 10000, "flood: ConfigMaps (what the flooder reads)")
+	flag.IntVar(&f.cmSize, "flood-configmap-size", 1024, "flood: bytes of data per ConfigMap")
+	flag.IntVar(&f.pods, "flood-pods", 10000, "flood: Pods, spread over -flood-nodes nodes")
+	flag.IntVar(&f.nodes, "flood-nodes", 200, "flood: nodes the Pods are bound to")
+	return &f
+}
+
+// floodServer is one server under test: where to send requests, and the
+// processes whose RSS and CPU are measured.
+type floodServer struct {
+	name       string
+	host       string
+	ca         []byte
+	serverName string
+	pids       []int
+}
+
+// floodIdentities are the clients' kubeconfigs (client certificates from
+// the cluster CA, which the tier also trusts).
+type floodIdentities struct{ flooder, node, workload string }
+
+// floodClient is an HTTP client of a kubeconfig's identity to s; each
+// has connections of its own (HTTP/2 multiplexes ~250 streams on one).
+func floodClient(kubeconfig string, s floodServer) (*http.Client, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Host = s.host
+	if s.ca != nil { // a tier: its own serving CA (the apiserver's is the kubeconfig's)
+		cfg.CAData, cfg.CAFile, cfg.ServerName = s.ca, "", s.serverName
+	}
+	return rest.HTTPClientFor(cfg)
+}
+
+// floodTally is what a class of client saw in a phase.
+type floodTally struct {
+	mu                               sync.Mutex
+	lat                              []time.Duration // of the 200s
+	ok, tooMany, withRetryAfter, s5x int
+	other, dropped                   int
+}
+
+func (t *floodTally) add(code int, retryAfter bool, d time.Duration, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case err != nil:
+		t.dropped++
+	case code == http.StatusOK:
+		t.ok++
+		t.lat = append(t.lat, d)
+	case code == http.StatusTooManyRequests:
+		t.tooMany++
+		if retryAfter {
+			t.withRetryAfter++
+		}
+	case code >= 500:
+		t.s5x++
+	default:
+		t.other++
+	}
+}
+
+func (t *floodTally) quantile(p float64) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.lat) == 0 {
+		return 0
+	}
+	l := slices.Clone(t.lat)
+	slices.Sort(l)
+	return l[min(len(l)-1, int(float64(len(l))*p))]
+}
+
+// floodGet GETs u and reads the body up to the end, or, for a
+// watch-list, up to its initial-events-end bookmark.
+func floodGet(ctx context.Context, c *http.Client, u string, untilBookmark bool) (int, bool, time.Duration, error) {
+	start := time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, false, 0, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, false, 0, err
+	}
+	defer resp.Body.Close()
+	retryAfter := resp.Header.Get("Retry-After") != ""
+	if resp.StatusCode != http.StatusOK || !untilBookmark {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, retryAfter, time.Since(start), err
+	}
+	er := newEventReader(resp.Body)
+	for {
+		ev, err := er.next()
+		if err != nil {
+			return resp.StatusCode, retryAfter, time.Since(start), fmt.Errorf("watch-list ended before its initial-events-end bookmark: %w", err)
+		}
+		if strings.Contains(string(ev), `"k8s.io/initial-events-end":"true"`) {
+			return resp.StatusCode, retryAfter, time.Since(start), nil
+		}
+	}
+}
+
+// cutByEnd: an error of a request the phase's end cut is not a dropped
+// connection.
+func cutByEnd(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() != nil
+}
+
+// floodPhase is one phase's measurements on one server.
+type floodPhase struct {
+	name                     string
+	node, workload, flooder  *floodTally
+	watchDrops               int64
+	peakRSS, cpuMilliCores   uint64
+	elapsed                  time.Duration
+	nodeP50, nodeP99, getP50 time.Duration
+	getP99                   time.Duration
+}
+
+// runFloodPhase runs the victims, and the flooder when flood is set
+// ("lists" or "watchlists"), against s for d.
+func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood string, d time.Duration) (*floodPhase, error) {
+	ph := &floodPhase{name: flood, node: &floodTally{}, workload: &floodTally{}, flooder: &floodTally{}}
+	if flood == "" {
+		ph.name = "unloaded"
+	}
+	nodeC, err := floodClient(ids.node, s)
+	if err != nil {
+		return nil, err
+	}
+	workC, err := floodClient(ids.workload, s)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var wg sync.WaitGroup
+	node := benchNodeName(7)
+	podsOfNode := s.host + "/api/v1/pods?fieldSelector=spec.nodeName%3D" + node
+	// The node's watch stays open for the phase; ending early is a drop.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, podsOfNode+"&watch=true&allowWatchBookmarks=true&resourceVersion=0", nil)
+		resp, err := nodeC.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		if ctx.Err() == nil {
+			atomic.AddInt64(&ph.watchDrops, 1)
+		}
+	}()
+	every := func(period time.Duration, fn func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(period)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					wg.Add(1)
+					go func() { defer wg.Done(); fn() }()
+				}
+			}
+		}()
+	}
+	// The victims' requests complete after the phase's end (their own
+	// timeout): a cut one would be no measurement.
+	victim := func(c *http.Client, u string, t *floodTally) {
+		vctx, vcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer vcancel()
+		code, ra, lat, err := floodGet(vctx, c, u, false)
+		t.add(code, ra, lat, err)
+	}
+	every(time.Second, func() { victim(nodeC, podsOfNode+"&resourceVersion=0", ph.node) })
+	var n atomic.Int64
+	every(time.Second/time.Duration(max(f.gets, 1)), func() {
+		i := int(n.Add(1)) % f.pods
+		victim(workC, fmt.Sprintf("%s/api/v1/namespaces/flood-pods/pods/%s", s.host, benchPodName(i)), ph.workload)
+	})
+	if flood != "" {
+		u, conc, bookmark := s.host+"/api/v1/configmaps", f.lists, false
+		if flood == "watchlists" {
+			u, conc, bookmark = u+"?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan", f.watchLists, true
+		}
+		var clients []*http.Client
+		for range 4 {
+			c, err := floodClient(ids.flooder, s)
+			if err != nil {
+				return nil, err
+			}
+			clients = append(clients, c)
+		}
+		for w := range conc {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					code, ra, lat, err := floodGet(ctx, clients[w%len(clients)], u, bookmark)
+					if cutByEnd(ctx, err) {
+						return
+					}
+					ph.flooder.add(code, ra, lat, err)
+				}
+			}()
+		}
+	}
+	// Peak RSS and CPU of the server's processes over the phase.
+	cpu0, t0 := cpuTicksAll(s.pids), time.Now()
+	tick := time.NewTicker(250 * time.Millisecond)
+	for ctx.Err() == nil {
+		ph.peakRSS = max(ph.peakRSS, rssAll(s.pids))
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+	tick.Stop()
+	ph.elapsed = time.Since(t0)
+	ph.cpuMilliCores = (cpuTicksAll(s.pids) - cpu0) * 10 * 1000 / uint64(max(ph.elapsed.Milliseconds(), 1))
+	wg.Wait()
+	ph.nodeP50, ph.nodeP99 = ph.node.quantile(0.5), ph.node.quantile(0.99)
+	ph.getP50, ph.getP99 = ph.workload.quantile(0.5), ph.workload.quantile(0.99)
+	return ph, nil
+}
+
+func runFlood(ctx context.Context, o options, f *floodOptions) error {
+	env, err := startEnv(ctx, &o)
+	if err != nil {
+		return err
+	}
+	defer env.cp.Stop()
+	start := time.Now()
+	if _, err := seed(ctx, env.kc, "flood-configmaps", dataset{name: "flood-configmaps", count: f.configMaps, size: f.cmSize, resource: "configmaps"}, o.concurrency); err != nil {
+		return err
+	}
+	if _, err := seed(ctx, env.kc, "flood-pods", dataset{name: "flood-pods", count: f.pods, size: 5120, resource: "pods", nodes: f.nodes}, o.concurrency); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "bench: seeded %d ConfigMaps of %d B and %d Pods on %d nodes in %s\n", f.configMaps, f.cmSize, f.pods, f.nodes, time.Since(start).Round(time.Second))
+	ids, err := floodUsers(ctx, env)
+	if err != nil {
+		return err
+	}
+	spec := v1alpha1.CacheProfileSpec{HashShards: 4, Resources: []v1alpha1.CachedResource{{Version: "v1", Resource: "configmaps"}, {Version: "v1", Resource: "pods"}}}
+	st, err := tierproc.Start(ctx, env.cp, tierproc.Options{Binary: o.binary, Profile: "flood", Spec: spec})
+	if err != nil {
+		return err
+	}
+	fl, err := tierproc.StartFleet(ctx, env.cp, tierproc.FleetOptions{Options: tierproc.Options{Binary: o.binary, Profile: "floodfleet", Spec: spec, ServiceIPIndex: 51}, Shards: 2})
+	if err != nil {
+		return err
+	}
+	fleetPIDs := []int{env.cp.PID(fl.Process)}
+	for i := range 2 {
+		fleetPIDs = append(fleetPIDs, env.cp.PID(fmt.Sprintf("floodfleet-shard-%d", i)))
+	}
+	servers := []floodServer{
+		{name: "kube-apiserver", host: env.admin.Host, pids: []int{env.apiPID}},
+		{name: "tier standalone", host: st.DirectURL, ca: st.DirectCA, serverName: st.ServerName, pids: []int{env.cp.PID(st.Process)}},
+		{name: "tier fleet (2 shards + front)", host: fl.DirectURL, ca: fl.DirectCA, serverName: fl.ServerName, pids: fleetPIDs},
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "server\tphase\tnode LIST p50 ms\tp99 ms\tp99 / unloaded\tworkload GET p50 ms\tp99 ms\tp99 / unloaded\tvictims' failures\tflooder 200\t429\t429 share\t429 with Retry-After\t5xx (all)\tdropped (all)\tpeak RSS MiB\tCPU cores\t")
+	for _, s := range servers {
+		var base *floodPhase
+		for _, phase := range []string{"", "lists", "watchlists"} {
+			d := f.duration
+			if phase == "" {
+				d = f.unloaded
+			}
+			fmt.Fprintf(os.Stderr, "bench: %s: %s for %s\n", s.name, map[string]string{"": "unloaded", "lists": "LIST flood", "watchlists": "watch-list flood"}[phase], d)
+			ph, err := runFloodPhase(s, ids, f, phase, d)
+			if err != nil {
+				return err
+			}
+			if base == nil {
+				base = ph
+			}
+			writeFloodRow(tw, s.name, ph, base)
+		}
+	}
+	return tw.Flush()
+}
+
+func writeFloodRow(w io.Writer, server string, ph, base *floodPhase) {
+	ratio := func(a, b time.Duration) string {
+		if b == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f×", float64(a)/float64(b))
+	}
+	fl := ph.flooder
+	share, ra := "-", "-"
+	if n := fl.ok + fl.tooMany + fl.s5x + fl.other + fl.dropped; n > 0 {
+		share = fmt.Sprintf("%.1f%%", 100*float64(fl.tooMany)/float64(n))
+	}
+	if fl.tooMany > 0 {
+		ra = fmt.Sprintf("%d/%d", fl.withRetryAfter, fl.tooMany)
+	}
+	victimsFailed := ph.node.tooMany + ph.node.s5x + ph.node.other + ph.node.dropped + ph.workload.tooMany + ph.workload.s5x + ph.workload.other + ph.workload.dropped
+	fmt.Fprintf(w, "%s\t%s\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%.2f\t\n",
+		server, ph.name, ms(ph.nodeP50), ms(ph.nodeP99), ratio(ph.nodeP99, base.nodeP99), ms(ph.getP50), ms(ph.getP99), ratio(ph.getP99, base.getP99),
+		victimsFailed, fl.ok, fl.tooMany, share, ra,
+		fl.s5x+ph.node.s5x+ph.workload.s5x, fl.dropped+ph.node.dropped+ph.workload.dropped+int(ph.watchDrops),
+		ph.peakRSS>>20, float64(ph.cpuMilliCores)/1000)
+}
+
+// floodUsers makes the three identities and lets every authenticated user
+// read ConfigMaps and Pods.
+func floodUsers(ctx context.Context, env *benchEnv) (floodIdentities, error) {
+	rbac := env.kc.RbacV1()
+	if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "flood-reader"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps", "pods"}, Verbs: []string{"get", "list", "watch"}}}}, metav1.CreateOptions{}); err != nil {
+		return floodIdentities{}, err
+	}
+	if _, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "flood-reader"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "flood-reader"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:authenticated"}}}, metav1.CreateOptions{}); err != nil {
+		return floodIdentities{}, err
+	}
+	var ids floodIdentities
+	var err error
+	if ids.flooder, err = env.cp.UserKubeconfig("flooder"); err != nil {
+		return ids, err
+	}
+	if ids.node, err = env.cp.UserKubeconfig("system:node:"+benchNodeName(7), "system:nodes"); err != nil {
+		return ids, err
+	}
+	ids.workload, err = env.cp.UserKubeconfig("system:serviceaccount:flood-pods:app", "system:serviceaccounts", "system:serviceaccounts:flood-pods")
+	return ids, err
+}
