@@ -4,14 +4,19 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/utils/clock"
@@ -36,15 +41,35 @@ const (
 	lastKnownMaxEntries = 20000
 )
 
-// unavailable tells a failure to reach the apiserver (refused, reset, timed
-// out, a 5xx or 429 it answered) from an answer.
+// unavailable tells a failure to reach the apiserver (refused, reset,
+// timed out, a 5xx or 429 it answered) from an answer. Errors that carry
+// an answer — a TokenReview's status.error for a deleted ServiceAccount, a
+// 403 — are not: they must win over any kept answer.
 func unavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if agg, ok := err.(utilerrors.Aggregate); ok {
+		// The union of authenticators: unavailable only if one of its
+		// parts failed for want of the apiserver.
+		for _, e := range agg.Errors() {
+			if unavailable(e) {
+				return true
+			}
+		}
+		return false
+	}
 	var st apierrors.APIStatus
 	if errors.As(err, &st) {
 		code := st.Status().Code
-		return code == 0 || code == http.StatusTooManyRequests || code >= 500
+		return code == http.StatusTooManyRequests || code >= 500
 	}
-	return true
+	var urlErr *url.Error
+	var netErr net.Error
+	return errors.As(err, &urlErr) || errors.As(err, &netErr) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded)
 }
 
 // lastKnown keeps answers by key with their time.

@@ -3,7 +3,10 @@ package auth
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
+	"net/url"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -55,7 +59,7 @@ func TestLastKnownAuthorizer(t *testing.T) {
 
 	// The apiserver is unreachable: the same questions get the last answers,
 	// other questions the error.
-	inner.decision, inner.err = authorizer.DecisionNoOpinion, errors.New("dial tcp: connection refused")
+	inner.decision, inner.err = authorizer.DecisionNoOpinion, refused()
 	clk.SetTime(clk.Now().Add(time.Minute))
 	if d, _, err := a.Authorize(ctx, alice); d != authorizer.DecisionAllow || err != nil {
 		t.Fatalf("alice, apiserver down: %v %v, want the last answer (allow)", d, err)
@@ -116,7 +120,8 @@ func TestLastKnownTokens(t *testing.T) {
 	if _, ok, err := a.AuthenticateRequest(req("t1")); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	inner.err = errors.New("connection refused")
+	// The union of authenticators aggregates its parts' errors.
+	inner.err = utilerrors.NewAggregate([]error{refused()})
 	if resp, ok, err := a.AuthenticateRequest(req("t1")); !ok || err != nil || resp.User.GetName() != "alice" {
 		t.Fatalf("known token, apiserver down: %v %v", ok, err)
 	}
@@ -125,5 +130,38 @@ func TestLastKnownTokens(t *testing.T) {
 	}
 	if _, ok, _ := a.AuthenticateRequest(req("")); ok {
 		t.Fatal("a request without a token authenticated by the kept answers")
+	}
+	// The apiserver answers again: a TokenReview refusing the token (its
+	// ServiceAccount deleted) comes back as status.error — an answer, not
+	// an outage; the kept success must not outlive it.
+	a.answers.down = time.Time{}
+	inner.err = utilerrors.NewAggregate([]error{errors.New(`service account "default/app" has been deleted`)})
+	if _, ok, _ := a.AuthenticateRequest(req("t1")); ok {
+		t.Fatal("a token the apiserver refused was authenticated by the kept answer")
+	}
+}
+
+func refused() error {
+	return &url.Error{Op: "Post", URL: "https://apiserver/apis/authorization.k8s.io/v1/subjectaccessreviews", Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}
+}
+
+func TestUnavailable(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{refused(), true},
+		{apierrors.NewServiceUnavailable("x"), true},
+		{apierrors.NewTooManyRequests("x", 1), true},
+		{apierrors.NewInternalError(errors.New("x")), true},
+		{utilerrors.NewAggregate([]error{errors.New("invalid bearer token"), refused()}), true},
+		{apierrors.NewForbidden(schema.GroupResource{Resource: "subjectaccessreviews"}, "", errors.New("x")), false},
+		{apierrors.NewUnauthorized("x"), false},
+		{errors.New("token has been invalidated"), false},
+		{utilerrors.NewAggregate([]error{errors.New("token has been invalidated")}), false},
+	} {
+		if got := unavailable(c.err); got != c.want {
+			t.Errorf("unavailable(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
