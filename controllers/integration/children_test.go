@@ -145,6 +145,9 @@ func assertChildren(t *testing.T, h *harness, shards [2]appsv1.StatefulSet) {
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "namespaces", "pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+		// Priority and fairness configuration, read only: the Dangling
+		// status writes are deliberately not granted (docs/priority-and-fairness.md).
+		{APIGroups: []string{"flowcontrol.apiserver.k8s.io"}, Resources: []string{"flowschemas", "prioritylevelconfigurations"}, Verbs: []string{"list", "watch"}},
 		{NonResourceURLs: []string{"/shard/v1/*"}, Verbs: []string{"get"}},
 	}
 	if got, want := mustYAML(t, cr.Rules), mustYAML(t, wantRules); got != want {
