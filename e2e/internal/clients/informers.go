@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,10 +85,33 @@ func Truth(ctx context.Context, kc kubernetes.Interface, namespaces []string) (p
 // pods, as a controller and a node agent would.
 type Informers struct {
 	cancel       context.CancelFunc
+	tier         *rest.Config
 	typed        informers.SharedInformerFactory
 	meta         metadatainformer.SharedInformerFactory
 	ConfigMaps   cache.SharedIndexInformer
 	PodsMetadata cache.SharedIndexInformer
+
+	mu          sync.Mutex
+	watchErrors []string // the last watch errors, for a failure's report
+}
+
+// watchErrorsKept is how many of the informers' last watch errors a
+// failure reports.
+const watchErrorsKept = 20
+
+// recordWatchErrors keeps what ended an informer's watch (and logs it as
+// client-go's default handler does): when the informers differ from the
+// apiserver, the report says whether their watches were failing.
+func (r *Informers) recordWatchErrors(name string) cache.WatchErrorHandlerWithContext {
+	return func(ctx context.Context, rf *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(ctx, rf, err)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.watchErrors = append(r.watchErrors, fmt.Sprintf("%s %s: %v", time.Now().Format("15:04:05.000"), name, err))
+		if len(r.watchErrors) > watchErrorsKept {
+			r.watchErrors = r.watchErrors[len(r.watchErrors)-watchErrorsKept:]
+		}
+	}
 }
 
 // StartInformers starts them and waits until they synced (2 minutes at
@@ -95,11 +119,16 @@ type Informers struct {
 func StartInformers(t *testing.T, tier *rest.Config) *Informers {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Informers{cancel: cancel}
+	r := &Informers{cancel: cancel, tier: tier}
 	r.typed = informers.NewSharedInformerFactory(kubernetes.NewForConfigOrDie(tier), 0)
 	r.ConfigMaps = r.typed.Core().V1().ConfigMaps().Informer()
 	r.meta = metadatainformer.NewSharedInformerFactory(metadata.NewForConfigOrDie(tier), 0)
 	r.PodsMetadata = r.meta.ForResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}).Informer()
+	for name, inf := range map[string]cache.SharedIndexInformer{"configmaps": r.ConfigMaps, "pods (metadata)": r.PodsMetadata} {
+		if err := inf.SetWatchErrorHandlerWithContext(r.recordWatchErrors(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	r.typed.Start(ctx.Done())
 	r.meta.Start(ctx.Done())
 	sctx, scancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -120,31 +149,77 @@ func (r *Informers) Stop() {
 
 // WaitSame polls until the informers hold exactly what the apiserver
 // (kc) holds, key by key and resourceVersion by resourceVersion, for the
-// configmaps of namespaces and every pod.
+// configmaps of namespaces and every pod. When they do not within
+// timeout, the report has the last difference seen, what a consistent
+// LIST through the tier holds at that point (a tier behind the apiserver,
+// or only its watch streams), and the informers' last watch errors.
 func (r *Informers) WaitSame(t *testing.T, kc kubernetes.Interface, namespaces []string, timeout time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
+	deadline := time.Now().Add(timeout)
+	lastDiff := "no answer from the apiserver"
 	for {
-		pods, cms, err := Truth(ctx, kc, namespaces)
-		bad := ""
-		if err != nil {
-			bad = err.Error()
-		} else {
-			if d := DiffStates(cms, StoreState(r.ConfigMaps.GetStore())); d != "" {
-				bad += "typed configmaps informer:\n" + d + "\n"
-			}
-			if d := DiffStates(pods, StoreState(r.PodsMetadata.GetStore())); d != "" {
-				bad += "metadata pods informer:\n" + d + "\n"
-			}
-		}
-		if bad == "" {
+		bad, err := r.differences(kc, namespaces)
+		switch {
+		case err != nil:
+			lastDiff = fmt.Sprintf("%s (and then the apiserver: %v)", lastDiff, err)
+		case bad == "":
 			return
+		default:
+			lastDiff = bad
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("informers through the tier differ from the apiserver after %s:\n%s", timeout, bad)
-		case <-time.After(500 * time.Millisecond):
+		if time.Now().After(deadline) {
+			t.Fatalf("informers through the tier differ from the apiserver after %s:\n%s\n%s\ninformers' last watch errors:\n%s",
+				timeout, lastDiff, r.tierListDifferences(kc, namespaces), r.lastWatchErrors())
 		}
+		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// differences is how the informers differ from the apiserver now ("" when
+// they do not).
+func (r *Informers) differences(kc kubernetes.Interface, namespaces []string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pods, cms, err := Truth(ctx, kc, namespaces)
+	if err != nil {
+		return "", err
+	}
+	bad := ""
+	if d := DiffStates(cms, StoreState(r.ConfigMaps.GetStore())); d != "" {
+		bad += "typed configmaps informer:\n" + d + "\n"
+	}
+	if d := DiffStates(pods, StoreState(r.PodsMetadata.GetStore())); d != "" {
+		bad += "metadata pods informer:\n" + d + "\n"
+	}
+	return bad, nil
+}
+
+// tierListDifferences compares consistent LISTs through the tier with the
+// apiserver's, to tell a tier whose store is behind from watch streams
+// that stopped delivering.
+func (r *Informers) tierListDifferences(kc kubernetes.Interface, namespaces []string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tierPods, tierCMs, err := Truth(ctx, kubernetes.NewForConfigOrDie(r.tier), namespaces)
+	if err != nil {
+		return "consistent LISTs through the tier: " + err.Error()
+	}
+	pods, cms, err := Truth(ctx, kc, namespaces)
+	if err != nil {
+		return "the apiserver's LISTs: " + err.Error()
+	}
+	d := DiffStates(cms, tierCMs) + DiffStates(pods, tierPods)
+	if d == "" {
+		return "consistent LISTs through the tier equal the apiserver's: the tier holds the data, its watch streams did not deliver it"
+	}
+	return "consistent LISTs through the tier differ from the apiserver's too:\n" + d
+}
+
+func (r *Informers) lastWatchErrors() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.watchErrors) == 0 {
+		return "  none"
+	}
+	return "  " + strings.Join(r.watchErrors, "\n  ")
 }
