@@ -502,8 +502,18 @@ func BuildShardStatefulSet(p *cachev1alpha1.CacheProfile, opts Options, a ShardA
 }
 
 // FrontShutdownDelaySeconds is how long a terminating front keeps serving
-// before it is signalled (well inside the 30 s grace period).
-const FrontShutdownDelaySeconds = 5
+// before it is signalled (inside the 30 s grace period, with the 5 s of
+// graceful shutdown after it).
+//
+// Why 15 s: kube-aggregator reaches fronts through the Service's ClusterIP,
+// so a deleted front must keep its listener open until every kube-proxy —
+// the one on kube-apiserver's host included — has dropped it from the
+// Service. The aggregator's availability check and its new connections
+// dial the ClusterIP; one that lands on a front whose listener closed is a
+// 503 the client does not retry (no Retry-After). On a loaded 2-core CI
+// machine running three nodes, 5 s was not always enough: one read of a
+// drain failed that way.
+const FrontShutdownDelaySeconds = 15
 
 // BuildFrontDeployment builds the front: the aggregated API server. It
 // calls the shards over TLS, verifying them with the serving Secret's CA
