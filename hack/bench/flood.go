@@ -45,6 +45,7 @@ type floodOptions struct {
 	gets               int
 	configMaps, cmSize int
 	pods, nodes        int
+	servers            string
 }
 
 func floodFlags() *floodOptions {
@@ -58,12 +59,22 @@ func floodFlags() *floodOptions {
 	flag.IntVar(&f.cmSize, "flood-configmap-size", 1024, "flood: bytes of data per ConfigMap")
 	flag.IntVar(&f.pods, "flood-pods", 10000, "flood: Pods, spread over -flood-nodes nodes")
 	flag.IntVar(&f.nodes, "flood-nodes", 200, "flood: nodes the Pods are bound to")
+	flag.StringVar(&f.servers, "flood-servers", strings.Join(floodServerKeys, ","), "flood: the servers flooded, in order (comma-separated, of "+strings.Join(floodServerKeys, ", ")+")")
 	return &f
 }
+
+// floodServerKeys name the servers -flood-servers selects: the apiserver,
+// each tier direct (what its own priority and fairness sees), and each
+// tier through the aggregator at status.serverURL (what users are given:
+// kube-apiserver's APF admits the request, proxies it, and releases its
+// seat at the handoff of a long-running one; the tier's APF then sees
+// the user the aggregator names).
+var floodServerKeys = []string{"apiserver", "standalone", "fleet", "standalone-aggregated", "fleet-aggregated"}
 
 // floodServer is one server under test: where to send requests, and the
 // processes whose RSS and CPU are measured.
 type floodServer struct {
+	key        string
 	name       string
 	host       string
 	ca         []byte
@@ -287,7 +298,24 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 	return ph, nil
 }
 
+// floodServerList is -flood-servers checked, before anything starts.
+func floodServerList(flagValue string) ([]string, error) {
+	var keys []string
+	for _, k := range strings.Split(flagValue, ",") {
+		k = strings.TrimSpace(k)
+		if !slices.Contains(floodServerKeys, k) {
+			return nil, fmt.Errorf("-flood-servers: unknown server %q (known: %s)", k, strings.Join(floodServerKeys, ", "))
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
 func runFlood(ctx context.Context, o options, f *floodOptions) error {
+	keys, err := floodServerList(f.servers)
+	if err != nil {
+		return err
+	}
 	env, err := startEnv(ctx, &o)
 	if err != nil {
 		return err
@@ -301,10 +329,6 @@ func runFlood(ctx context.Context, o options, f *floodOptions) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "bench: seeded %d ConfigMaps of %d B and %d Pods on %d nodes in %s\n", f.configMaps, f.cmSize, f.pods, f.nodes, time.Since(start).Round(time.Second))
-	ids, err := floodUsers(ctx, env)
-	if err != nil {
-		return err
-	}
 	spec := v1alpha1.CacheProfileSpec{HashShards: 4, Resources: []v1alpha1.CachedResource{{Version: "v1", Resource: "configmaps"}, {Version: "v1", Resource: "pods"}}}
 	st, err := tierproc.Start(ctx, env.cp, tierproc.Options{Binary: o.binary, Profile: "flood", Spec: spec})
 	if err != nil {
@@ -314,14 +338,30 @@ func runFlood(ctx context.Context, o options, f *floodOptions) error {
 	if err != nil {
 		return err
 	}
+	ids, err := floodUsers(ctx, env, st.Paths.Group, fl.Paths.Group)
+	if err != nil {
+		return err
+	}
 	fleetPIDs := []int{env.cp.PID(fl.Process)}
 	for i := range 2 {
 		fleetPIDs = append(fleetPIDs, env.cp.PID(fmt.Sprintf("floodfleet-shard-%d", i)))
 	}
-	servers := []floodServer{
-		{name: "kube-apiserver", host: env.admin.Host, pids: []int{env.apiPID}},
-		{name: "tier standalone", host: st.DirectURL, ca: st.DirectCA, serverName: st.ServerName, pids: []int{env.cp.PID(st.Process)}},
-		{name: "tier fleet (2 shards + front)", host: fl.DirectURL, ca: fl.DirectCA, serverName: fl.ServerName, pids: fleetPIDs},
+	byKey := map[string]floodServer{}
+	for _, s := range []floodServer{
+		{key: "apiserver", name: "kube-apiserver", host: env.admin.Host, pids: []int{env.apiPID}},
+		{key: "standalone", name: "tier standalone", host: st.DirectURL, ca: st.DirectCA, serverName: st.ServerName, pids: []int{env.cp.PID(st.Process)}},
+		{key: "fleet", name: "tier fleet (2 shards + front)", host: fl.DirectURL, ca: fl.DirectCA, serverName: fl.ServerName, pids: fleetPIDs},
+		// Through the aggregator the apiserver works too (authentication,
+		// its own APF, the proxy): its RSS and CPU are counted with the
+		// tier's.
+		{key: "standalone-aggregated", name: "tier standalone via aggregator (+ apiserver)", host: st.AggregatedURL, pids: []int{env.cp.PID(st.Process), env.apiPID}},
+		{key: "fleet-aggregated", name: "tier fleet via aggregator (+ apiserver)", host: fl.AggregatedURL, pids: append(slices.Clone(fleetPIDs), env.apiPID)},
+	} {
+		byKey[s.key] = s
+	}
+	var servers []floodServer
+	for _, k := range keys {
+		servers = append(servers, byKey[k])
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "server\tphase\tnode LIST p50 ms\tp99 ms\tp99 / unloaded\tworkload GET p50 ms\tp99 ms\tp99 / unloaded\tvictims' failures\tflooder 200\t429\t429 share\t429 with Retry-After\t5xx (all)\tdropped (all)\tpeak RSS MiB\tCPU cores\t")
@@ -370,11 +410,16 @@ func writeFloodRow(w io.Writer, server string, ph, base *floodPhase) {
 }
 
 // floodUsers makes the three identities and lets every authenticated user
-// read ConfigMaps and Pods.
-func floodUsers(ctx context.Context, env *benchEnv) (floodIdentities, error) {
+// read ConfigMaps and Pods, and go through the aggregated paths of the
+// tiers' groups (what the operator's per-profile reader ClusterRole grants;
+// the tier then authorizes the read itself).
+func floodUsers(ctx context.Context, env *benchEnv, tierGroups ...string) (floodIdentities, error) {
 	rbac := env.kc.RbacV1()
-	if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "flood-reader"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps", "pods"}, Verbs: []string{"get", "list", "watch"}}}}, metav1.CreateOptions{}); err != nil {
+	rules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps", "pods"}, Verbs: []string{"get", "list", "watch"}}}
+	if len(tierGroups) > 0 {
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: tierGroups, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}})
+	}
+	if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "flood-reader"}, Rules: rules}, metav1.CreateOptions{}); err != nil {
 		return floodIdentities{}, err
 	}
 	if _, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "flood-reader"},
