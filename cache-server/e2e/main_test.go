@@ -23,6 +23,10 @@ var testEnv *env
 // one process) and a fleet (two shard servers and a front merging them).
 var tiers []*env
 
+// fleetLongWatch is TestFleetWatchesOutliveRequestTimeout's run, started
+// with the fleet so that it overlaps the other tests.
+var fleetLongWatch *longWatch
+
 type env struct {
 	name             string
 	admin, tierAdmin *rest.Config
@@ -46,6 +50,7 @@ func TestMain(m *testing.M) {
 			{name: "standalone", admin: e.Admin, tierAdmin: e.TierAdmin, metric: e.Metric},
 			{name: "fleet", admin: e.Admin, tierAdmin: e.FleetAdmin},
 		}
+		fleetLongWatch = startLongWatch(e)
 	}))
 }
 

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -222,28 +223,60 @@ func Run(m *testing.M, opts Options, use func(*Env)) int {
 // Metric returns the value of one series (name{labels} exactly as the
 // tier's /metrics prints it), or "" when the tier does not export it.
 func (e *Env) Metric(series string) (string, error) {
-	client, err := rest.HTTPClientFor(e.TierAdmin)
+	lines, err := e.scrapeMetrics()
 	if err != nil {
 		return "", err
 	}
-	resp, err := client.Get(e.TierURL + "/metrics")
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return "", fmt.Errorf("/metrics: %s", resp.Status)
-	}
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range lines {
 		if strings.HasPrefix(line, series+" ") {
 			return strings.TrimPrefix(line, series+" "), nil
 		}
 	}
 	return "", nil
+}
+
+// Series returns every series of the metric name (name{labels} as the
+// tier's /metrics prints it) with its value: none when no series exists
+// yet (a labelled counter appears when first counted).
+func (e *Env) Series(name string) (map[string]float64, error) {
+	lines, err := e.scrapeMetrics()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, line := range lines {
+		series, value, ok := strings.Cut(line, " ")
+		if !ok || (series != name && !strings.HasPrefix(series, name+"{")) {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return nil, fmt.Errorf("/metrics: %q: %w", line, err)
+		}
+		out[series] = v
+	}
+	return out, nil
+}
+
+// scrapeMetrics reads the tier's /metrics, one line each.
+func (e *Env) scrapeMetrics() ([]string, error) {
+	client, err := rest.HTTPClientFor(e.TierAdmin)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Get(e.TierURL + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return nil, fmt.Errorf("/metrics: %s", resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(string(body), "\n"), nil
 }
 
 // RestartTier stops the tier and starts a new one on the same address
