@@ -411,7 +411,7 @@ func (e *env) faults(t *testing.T, tier string) {
 	if w.Writes.Load() == 0 || w.Errs.Load() > w.Writes.Load()/10 {
 		t.Fatalf("writer: %d writes, %d errors", w.Writes.Load(), w.Errs.Load())
 	}
-	e.waitSame(t, r, 2*time.Minute)
+	e.waitSame(t, r, clients.Converge)
 	t.Logf("informers equal to the apiserver after the faults (%d writes during them)", w.Writes.Load())
 	// The profile caches configmaps of the labelled namespaces only.
 	for _, ns := range cachedNamespaces {

@@ -433,7 +433,7 @@ func (e *env) informersEqual(t *testing.T, run *running) {
 	if w := run.writer.Writes.Load(); w == 0 || run.writer.Errs.Load() > w/10 {
 		t.Errorf("writer: %d writes, %d errors", w, run.writer.Errs.Load())
 	}
-	run.informers.WaitSame(t, e.kc, cachedNamespaces, 2*time.Minute)
+	run.informers.WaitSame(t, e.kc, cachedNamespaces, clients.Converge)
 	res := run.reads.Stop()
 	run.informers.Stop()
 	run.stopped = true

@@ -147,6 +147,13 @@ func (r *Informers) Stop() {
 	r.meta.Shutdown()
 }
 
+// Converge is how long informers may take to catch up after a run of
+// faults. client-go's reflector waits between failed list-and-watches with
+// a backoff of up to 30 s and a jitter that doubles it at most: on a loaded
+// CI machine, freshness timeouts (504) while pods roll can cost two such
+// waits before a relist succeeds.
+const Converge = 4 * time.Minute
+
 // WaitSame polls until the informers hold exactly what the apiserver
 // (kc) holds, key by key and resourceVersion by resourceVersion, for the
 // configmaps of namespaces and every pod. When they do not within
