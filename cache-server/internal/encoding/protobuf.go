@@ -348,7 +348,9 @@ func List(apiVersion, listKind string, meta []byte, items [][]byte) []byte {
 	for _, it := range items {
 		itemsLen += ListItemLen(len(it))
 	}
-	out := ListHead(apiVersion, listKind, meta, itemsLen)
+	head := ListHead(apiVersion, listKind, meta, itemsLen)
+	out := make([]byte, 0, len(head)+itemsLen+len(ListTail))
+	out = append(out, head...)
 	for _, it := range items {
 		out = ListItemHead(out, len(it))
 		out = append(out, it...)
