@@ -24,9 +24,10 @@ import (
 //     plus per bytesPerSeat written, so a kubelet's LIST of its node's
 //     pods through the index, or a namespace's LIST, costs a seat where
 //     a full LIST of a large resource costs many;
-//   - memory: a response built whole before it is written (protobuf,
-//     metadata-only or Table LISTs, a fleet front's page) holds it, charged
-//     per heldBytesPerSeat as kube-apiserver's size-based estimate charges
+//   - memory: what a response is charged for holding (front.Cost.Held:
+//     a fleet front's page; the protobuf, metadata-only and Table forms,
+//     streamed now but still charged for their encoding work), per
+//     heldBytesPerSeat as kube-apiserver's size-based estimate charges
 //     memory (100 KB per seat);
 //   - a watch-list costs its LIST's CPU and holds its seats until its
 //     initial-events-end bookmark (front calls

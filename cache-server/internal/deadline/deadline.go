@@ -4,11 +4,12 @@
 // WithTimeoutForNonLongRunningRequests in DefaultBuildHandlerChain).
 //
 // Why: a LIST holds what it serves until the client has read it — the
-// snapshot of the objects it walks, and the whole body of the forms built
-// before they are written (protobuf, metadata-only and Table LISTs, a
-// fleet front's page). A client that reads a large LIST slowly, or stops
-// reading, would hold that memory, and its priority-and-fairness seats,
-// for as long as it keeps the connection open. At the deadline the
+// snapshot of the objects it walks, a fixed write buffer (every form is
+// streamed, see front's writeList), and on a fleet front the copies of
+// the items it collects (a page, and the non-JSON forms of a LIST). A
+// client that reads a large LIST slowly, or stops reading, would hold
+// that memory, and its priority-and-fairness seats, for as long as it
+// keeps the connection open. At the deadline the
 // request's writes fail (HTTP/2: its stream is reset; HTTP/1: the
 // connection is closed), the handler returns and releases both — as the
 // apiserver's timeout filter aborts a request still running after 60 s.

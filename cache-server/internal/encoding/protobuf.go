@@ -139,11 +139,32 @@ func (p *Protobuf) Metadata(o *store.Object) ([]byte, error) {
 // a client (a failure half-way would break the stream); the cache then
 // keeps only its size, as that proof.
 func (p *Protobuf) WriteMessage(w io.Writer, gvk schema.GroupVersionKind, o *store.Object, metadataOnly bool, frame func(msgLen int) (head, tail []byte)) error {
+	return p.writeMessage(w, gvk, o, metadataOnly, frame, true)
+}
+
+// WriteListItem writes o's message as an item of a list body written from
+// its pieces (ListHead): ListItemHead, then the message, streamed as
+// WriteMessage streams it. scratch is a buffer for the item head, reused
+// across items. It returns the message's length, which the caller checks
+// against the one MessageLen gave: a body whose items do not add up to
+// its declared length must not be completed. Cache hits are not counted:
+// MessageLen counted the message served.
+func (p *Protobuf) WriteListItem(w io.Writer, gvk schema.GroupVersionKind, o *store.Object, metadataOnly bool, scratch *[]byte) (int, error) {
+	n := -1
+	err := p.writeMessage(w, gvk, o, metadataOnly, func(msgLen int) (head, tail []byte) {
+		n = msgLen
+		*scratch = ListItemHead((*scratch)[:0], msgLen)
+		return *scratch, nil
+	}, false)
+	return n, err
+}
+
+func (p *Protobuf) writeMessage(w io.Writer, gvk schema.GroupVersionKind, o *store.Object, metadataOnly bool, frame func(msgLen int) (head, tail []byte), countCached bool) error {
 	variant := variantObject
 	if metadataOnly {
 		variant = variantMetadata
 	}
-	msg, cv, err := p.convert(gvk, o, variant, true)
+	msg, cv, err := p.convertCounted(gvk, o, variant, true, countCached)
 	if err != nil {
 		return err
 	}
@@ -161,11 +182,36 @@ func (p *Protobuf) WriteMessage(w io.Writer, gvk schema.GroupVersionKind, o *sto
 	}
 	head, tail := frame(len(msg))
 	for _, b := range [][]byte{head, msg, tail} {
+		if len(b) == 0 {
+			continue
+		}
 		if _, err := w.Write(b); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// MessageLen is the length of o's message (Object, or Metadata when
+// metadataOnly), found in the cache or converted, without keeping it: a
+// large message is only prepared (its size is known before it is built)
+// and proved streamable, as WriteMessage would. A list written from its
+// pieces (ListHead) asks each item's length first, then writes each with
+// WriteMessage; see the front's writeProtobufList for why twice.
+func (p *Protobuf) MessageLen(gvk schema.GroupVersionKind, o *store.Object, metadataOnly bool) (int, error) {
+	variant := variantObject
+	if metadataOnly {
+		variant = variantMetadata
+	}
+	msg, cv, err := p.convert(gvk, o, variant, true)
+	if err != nil {
+		return 0, err
+	}
+	if cv != nil {
+		defer cv.Release()
+		return cv.Size(), nil
+	}
+	return len(msg), nil
 }
 
 // message converts (or finds) o's message; small ones are cached.
@@ -180,8 +226,15 @@ func (p *Protobuf) message(gvk schema.GroupVersionKind, o *store.Object, variant
 // ones cached), converted by the plan, or the typed way when the plan
 // refuses the type or the JSON.
 func (p *Protobuf) convert(gvk schema.GroupVersionKind, o *store.Object, variant uint8, stream bool) (msg []byte, cv *jsonproto.Conversion, err error) {
+	return p.convertCounted(gvk, o, variant, stream, true)
+}
+
+// convertCounted is convert; a cache hit is counted only when countCached.
+func (p *Protobuf) convertCounted(gvk schema.GroupVersionKind, o *store.Object, variant uint8, stream, countCached bool) (msg []byte, cv *jsonproto.Conversion, err error) {
 	if b, ok := p.cache.get(o, variant); ok {
-		p.conversions(PathCached)
+		if countCached {
+			p.conversions(PathCached)
+		}
 		return b, nil, nil
 	}
 	rt, err := p.goType(gvk, variant)
@@ -287,26 +340,54 @@ func Envelope(apiVersion, kind string, msg []byte) []byte {
 
 // List is the enveloped protobuf encoding of a list of kind listKind: meta
 // and items are messages (ListMeta and one per item), as from Object or
-// Metadata and metav1.ListMeta.Marshal.
+// Metadata and metav1.ListMeta.Marshal. It is ListHead, each item's
+// ListItemHead and message, and ListTail: a list too large to build is
+// written from those pieces (the front streams its LISTs that way).
 func List(apiVersion, listKind string, meta []byte, items [][]byte) []byte {
-	body := 1 + uvarintLen(uint64(len(meta))) + len(meta)
+	itemsLen := 0
 	for _, it := range items {
-		body += 1 + uvarintLen(uint64(len(it))) + len(it)
+		itemsLen += ListItemLen(len(it))
 	}
+	head := ListHead(apiVersion, listKind, meta, itemsLen)
+	out := make([]byte, 0, len(head)+itemsLen+len(ListTail))
+	out = append(out, head...)
+	for _, it := range items {
+		out = ListItemHead(out, len(it))
+		out = append(out, it...)
+	}
+	return append(out, ListTail...)
+}
+
+// ListItemLen is what an item message of msgLen bytes takes in a list
+// body: its field tag and length, then the message.
+func ListItemLen(msgLen int) int { return 1 + uvarintLen(uint64(msgLen)) + msgLen }
+
+// ListHead is a list body up to its first item: the magic, the envelope's
+// TypeMeta, the header of its raw field and the list's metadata. itemsLen
+// is the sum of ListItemLen over the items that follow: the envelope's raw
+// field is length-prefixed, so the items' total must be known before the
+// first byte is written.
+func ListHead(apiVersion, listKind string, meta []byte, itemsLen int) []byte {
+	body := 1 + uvarintLen(uint64(len(meta))) + len(meta) + itemsLen
 	tm := typeMeta(apiVersion, listKind)
-	out := make([]byte, 0, len(magic)+envelopeOverhead(len(tm), body)+body)
+	out := make([]byte, 0, len(magic)+envelopeOverhead(len(tm), body)+body-itemsLen)
 	out = append(out, magic...)
 	out = appendUnknownHead(out, tm, body)
 	out = append(out, 0x0a) // field 1 (metadata), length-delimited
 	out = binary.AppendUvarint(out, uint64(len(meta)))
-	out = append(out, meta...)
-	for _, it := range items {
-		out = append(out, 0x12) // field 2 (items), length-delimited
-		out = binary.AppendUvarint(out, uint64(len(it)))
-		out = append(out, it...)
-	}
-	return appendUnknownTail(out)
+	return append(out, meta...)
 }
+
+// ListItemHead appends what precedes an item message of msgLen bytes in a
+// list body: field 2 (items), length-delimited.
+func ListItemHead(dst []byte, msgLen int) []byte {
+	dst = append(dst, 0x12)
+	return binary.AppendUvarint(dst, uint64(msgLen))
+}
+
+// ListTail ends a list body: the envelope's empty contentEncoding and
+// contentType (appendUnknownTail).
+const ListTail = "\x1a\x00\x22\x00"
 
 // Status is a Status in the protobuf envelope, as the apiserver sends errors
 // to protobuf clients.

@@ -68,7 +68,7 @@ func TestStreamedListMatchesEncodeList(t *testing.T) {
 					req.Header.Set("Accept-Encoding", ae)
 				}
 				rec := httptest.NewRecorder()
-				if code := writeList(rec, req, res, encJSON, meta, items); code != http.StatusOK {
+				if code := (&Server{}).writeList(rec, req, res, encJSON, meta, items); code != http.StatusOK {
 					t.Fatalf("code %d", code)
 				}
 				gz := (ae == "gzip" || ae == "deflate, gzip") && len(want) > gzipThreshold

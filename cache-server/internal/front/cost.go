@@ -45,10 +45,14 @@ type Cost struct {
 	// evaluated on each), Returned those it writes (at most Walked) and
 	// Bytes their stored bytes.
 	Walked, Returned, Bytes int64
-	// Held is what the response holds in memory at once beyond the
-	// stored objects: the whole body of a form built before it is
-	// written (protobuf, metadata-only and Table LISTs, a fleet front's
-	// page), 0 for the streamed ones (JSON LISTs, watch-lists).
+	// Held is what the response is charged for holding beyond the
+	// stored objects: the body for the protobuf, metadata-only and Table
+	// LISTs (a Table tableHeldFactor times), a fleet front's page, 0 for
+	// JSON LISTs and watch-lists. writeList streams every form now, so
+	// for the first three this is no longer memory held at once but the
+	// encoding work bytesPerSeat does not price (a conversion or decode
+	// per object; a Table decodes and prints every object); the charge
+	// is kept until it is measured as CPU (issue 21).
 	Held int64
 }
 

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"strconv"
@@ -26,11 +28,15 @@ import (
 //	errEnc := errorEncoding(accept)             // the encoding of error bodies
 //	b, err := encodeObject(res, enc, o)         // one object as a GET returns it; also
 //	                                            // what a watch event's "object" carries
-//	b, err := encodeList(res, enc, meta, items) // a whole LIST body
+//	code := s.writeList(w, r, res, enc, meta, items) // a LIST body, streamed in every form
 //	b := encodeStatus(enc, st)                  // an error body (Status) in enc
 //	enc.contentType()                           // the response Content-Type
 //	writeErrorAs(w, errEnc, err)                // writeError in the error encoding
 //	frame := watchFrame(enc, "ADDED", b)        // one watch event around encodeObject's bytes
+//
+// No LIST body is built whole: writeList writes every form as it encodes
+// it, so a request holds the objects it lists and a fixed buffer, not a
+// body-sized allocation (see writeList).
 //
 // Encodings: JSON (the stored bytes), JSON PartialObjectMetadata(List),
 // Table (built by package tables, see table.go), and — for built-in types only — protobuf (the "k8s\x00" envelope
@@ -63,6 +69,21 @@ func (e encoding) contentType() string {
 		return encoding_.ProtobufMediaType
 	}
 	return "application/json"
+}
+
+// String names the encoding in logs.
+func (e encoding) String() string {
+	switch e {
+	case encPartialMetadata:
+		return "PartialObjectMetadata"
+	case encTable:
+		return "Table"
+	case encProtobuf:
+		return "protobuf"
+	case encProtobufPartialMetadata:
+		return "protobuf PartialObjectMetadata"
+	}
+	return "JSON"
 }
 
 func (e encoding) isProtobuf() bool { return e == encProtobuf || e == encProtobufPartialMetadata }
@@ -308,64 +329,6 @@ func protobufType(res *resource, enc encoding) (apiVersion, kind string) {
 	return res.GVR.GroupVersion().String(), res.APIResource.Kind
 }
 
-// encodeList is a whole LIST body in enc. Items are the stored bytes (JSON)
-// or the cached per-object protobuf messages: nothing is re-encoded when the
-// cache is warm.
-func encodeList(res *resource, enc encoding, meta metav1.ListMeta, items []*store.Object) ([]byte, error) {
-	switch enc {
-	case encTable:
-		return nil, errTableEncoding
-	case encProtobuf, encProtobufPartialMetadata:
-		mb, err := meta.Marshal()
-		if err != nil {
-			return nil, err
-		}
-		msgs := make([][]byte, len(items))
-		gvk := res.GVR.GroupVersion().WithKind(res.APIResource.Kind)
-		for i, o := range items {
-			if enc == encProtobuf {
-				msgs[i], err = res.protobuf.Object(gvk, o)
-			} else {
-				msgs[i], err = res.protobuf.Metadata(o)
-			}
-			if err != nil {
-				return nil, err
-			}
-		}
-		if enc == encProtobufPartialMetadata {
-			return encoding_.List("meta.k8s.io/v1", "PartialObjectMetadataList", mb, msgs), nil
-		}
-		return encoding_.List(res.GVR.GroupVersion().String(), res.APIResource.Kind+"List", mb, msgs), nil
-	}
-	kind, apiVersion := res.APIResource.Kind+"List", res.GVR.GroupVersion().String()
-	if enc == encPartialMetadata {
-		kind, apiVersion = "PartialObjectMetadataList", "meta.k8s.io/v1"
-	}
-	head, err := jsonListHead(kind, apiVersion, meta)
-	if err != nil {
-		return nil, err
-	}
-	if enc == encJSON {
-		buf := bytes.NewBuffer(make([]byte, 0, jsonListLen(res, head, items)))
-		writeJSONList(buf, res, head, items)
-		return buf.Bytes(), nil
-	}
-	buf := bytes.NewBuffer(make([]byte, 0, len(head)+len(jsonListTail)+len(items)*256))
-	buf.Write(head)
-	for i, o := range items {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		md, err := partialMetadata(o)
-		if err != nil {
-			return nil, err
-		}
-		buf.Write(md)
-	}
-	buf.WriteString(jsonListTail)
-	return buf.Bytes(), nil
-}
-
 // encodeStatus is an error body in enc: protobuf clients of the typed form
 // get a protobuf Status, everyone else JSON (as from the apiserver, whose
 // metadata-only protobuf answers carry JSON errors).
@@ -410,7 +373,7 @@ func writeErrorAs(w http.ResponseWriter, enc encoding, err error) int {
 
 func writeObject(w http.ResponseWriter, r *http.Request, res *resource, enc encoding, o *store.Object) int {
 	if enc == encTable {
-		return writeTable(w, r, res, []*store.Object{o}, false, metav1.ListMeta{})
+		return writeTableObject(w, r, res, o)
 	}
 	body, err := encodeObject(res, enc, o)
 	if err != nil {
@@ -424,15 +387,30 @@ func writeObject(w http.ResponseWriter, r *http.Request, res *resource, enc enco
 	return res.bodies.write(w, acceptsGzip(r), enc, body)
 }
 
-// writeList writes a LIST body. Plain JSON lists — the big ones, and the
-// ones informers and kubectl ask for — are streamed from the stored bytes
-// through a small buffer instead of being assembled in one body-sized
-// allocation: a 10k x 1.4 KiB list used to allocate (and page-fault and
-// zero) 14 MiB per request, a 300 x 1 MiB one 300 MiB. The other forms
-// can fail half-way (decoding for metadata, protobuf conversion), so they
-// are built first and written once complete.
-func writeList(w http.ResponseWriter, r *http.Request, res *resource, enc encoding, meta metav1.ListMeta, items []*store.Object) int {
-	if enc == encJSON {
+// writeList writes a LIST body, streamed in every form: a request holds
+// the stored objects it lists (a snapshot shares them with the store), one
+// item's encoding and a fixed buffer (streamBufferSize, and until the body
+// passes gzipThreshold the deferredBody's hold) — never a body-sized
+// allocation. Built whole, a 10k x 1.4 KiB list allocated (and
+// page-faulted and zeroed) 14 MiB per request and a 300 x 1 MiB one 300
+// MiB, and a client reading slowly held it until the request deadline.
+//
+//   - JSON: the stored bytes, through gzipchunks when compressed.
+//   - protobuf (typed and PartialObjectMetadataList): two passes over the
+//     per-object messages, see writeProtobufList.
+//   - JSON PartialObjectMetadataList: each object's metadata cut from its
+//     stored bytes as it is written.
+//   - Table: package tables prints a batch of rows at a time (writeTable).
+//
+// A form that fails half-way (an object that does not decode or print)
+// answers its Status while nothing was sent; once part of the body was,
+// the response is aborted (codeAborted), as streamList's are: the client
+// sees a broken response, never a well-formed list missing items.
+func (s *Server) writeList(w http.ResponseWriter, r *http.Request, res *resource, enc encoding, meta metav1.ListMeta, items []*store.Object) int {
+	var sent bool
+	var err error
+	switch enc {
+	case encJSON:
 		head, err := jsonListHead(res.APIResource.Kind+"List", res.GVR.GroupVersion().String(), meta)
 		if err != nil {
 			return writeErrorAs(w, enc, err)
@@ -449,15 +427,124 @@ func writeList(w http.ResponseWriter, r *http.Request, res *resource, enc encodi
 		writeJSONList(dst, res, head, items)
 		done()
 		return http.StatusOK
+	case encTable:
+		opts, oerr := tableOptions(r)
+		if oerr != nil {
+			return writeError(w, oerr)
+		}
+		sent, err = writeTable(w, r, res, opts, items, meta)
+	case encPartialMetadata:
+		sent, err = writeMetadataList(w, r, res, meta, items)
+	default:
+		sent, err = writeProtobufList(w, r, res, enc, meta, items)
 	}
-	if enc == encTable {
-		return writeTable(w, r, res, items, true, meta)
+	if err == nil {
+		return http.StatusOK
 	}
-	body, err := encodeList(res, enc, meta, items)
-	if err != nil {
+	if !sent {
 		return writeErrorAs(w, enc, err)
 	}
-	return res.bodies.write(w, acceptsGzip(r), enc, body)
+	s.opts.Log.Info("aborting a LIST that failed after part of it was sent",
+		"resource", res.label, "form", enc.String(), "items", len(items), "err", err.Error())
+	return codeAborted
+}
+
+// writeProtobufList writes a protobuf list body (the typed list or
+// PartialObjectMetadataList) from the per-object messages, without
+// assembling it. The envelope's raw field is length-prefixed, so the
+// items' total length is needed before the first byte: a first pass finds
+// each message's length (from the cache, or converting it) and keeps
+// nothing but the sum; the second writes each message. When the cache
+// holds the list's messages (the common case: informers relist what
+// watches already converted) both passes are lookups. When it cannot —
+// the list's messages exceed the cache's budget, or messages are large
+// enough never to be cached (encoding.LargeMessageBytes) — the second pass
+// converts again: CPU traded for memory, deliberately, since the
+// alternative is holding every message of the list (the whole body) per
+// request, multiplied by concurrent LISTs and slow readers, which is what
+// this bound exists to prevent. Conversion errors surface in the first
+// pass, before anything is sent, so they keep their Status; the second
+// pass fails only if a message converts differently the second time,
+// which aborts the response.
+func writeProtobufList(w http.ResponseWriter, r *http.Request, res *resource, enc encoding, meta metav1.ListMeta, items []*store.Object) (sent bool, err error) {
+	mb, err := meta.Marshal()
+	if err != nil {
+		return false, err
+	}
+	gvk := res.GVR.GroupVersion().WithKind(res.APIResource.Kind)
+	metadataOnly := enc == encProtobufPartialMetadata
+	itemsLen := 0
+	for _, o := range items {
+		n, err := res.protobuf.MessageLen(gvk, o, metadataOnly)
+		if err != nil {
+			return false, err
+		}
+		itemsLen += encoding_.ListItemLen(n)
+	}
+	apiVersion, kind := protobufType(res, enc)
+	head := encoding_.ListHead(apiVersion, kind+"List", mb, itemsLen)
+	total := len(head) + itemsLen + len(encoding_.ListTail)
+	out, done := res.bodies.start(w, acceptsGzip(r) && total > gzipThreshold, enc)
+	dst := &droppingWriter{w: out}
+	_, _ = dst.Write(head)
+	scratch := make([]byte, 0, 16)
+	written := 0
+	for _, o := range items {
+		n, err := res.protobuf.WriteListItem(dst, gvk, o, metadataOnly, &scratch)
+		if err != nil {
+			return true, err
+		}
+		if written += encoding_.ListItemLen(n); written > itemsLen {
+			return true, fmt.Errorf("protobuf list of %s: item %s converted to %d bytes after the length pass", res.label, o.Key, n)
+		}
+	}
+	if written != itemsLen {
+		return true, fmt.Errorf("protobuf list of %s: items are %d bytes, %d declared", res.label, written, itemsLen)
+	}
+	_, _ = dst.Write([]byte(encoding_.ListTail))
+	done()
+	return true, nil
+}
+
+// droppingWriter drops write errors, as the other bodies do (a client that
+// went away: nothing to tell it), so that an error a writer returns is a
+// conversion's. bufio.Writer keeps its first error and does nothing after.
+type droppingWriter struct{ w itemWriter }
+
+func (d *droppingWriter) Write(p []byte) (int, error) {
+	_, _ = d.w.Write(p)
+	return len(p), nil
+}
+
+func (d *droppingWriter) WriteByte(c byte) error {
+	_ = d.w.WriteByte(c)
+	return nil
+}
+
+// writeMetadataList writes a JSON PartialObjectMetadataList: each item is
+// partialMetadata's, written as it is cut from the stored bytes. The body
+// is held back until it passes the gzip threshold (deferredBody), which
+// also keeps the Status of an object that does not decode early on.
+func writeMetadataList(w http.ResponseWriter, r *http.Request, res *resource, meta metav1.ListMeta, items []*store.Object) (sent bool, err error) {
+	head, err := jsonListHead("PartialObjectMetadataList", "meta.k8s.io/v1", meta)
+	if err != nil {
+		return false, err
+	}
+	body := res.bodies.deferred(w, acceptsGzip(r), encPartialMetadata)
+	_, _ = body.Write(head)
+	for i, o := range items {
+		if i > 0 {
+			_ = body.WriteByte(',')
+		}
+		if err := writePartialMetadata(body, o); err != nil {
+			body.discard()
+			return body.sent(), err
+		}
+	}
+	_, _ = body.Write([]byte(jsonListTail))
+	// A write error is a client gone: nothing to tell it.
+	_ = body.finish()
+	return true, nil
 }
 
 func writeBody(w http.ResponseWriter, enc encoding, body []byte) int {
@@ -478,13 +565,27 @@ func marshalLine(v any) ([]byte, error) {
 // partialMetadata renders an object as PartialObjectMetadata: its metadata
 // bytes as stored, wrapped in the meta.k8s.io TypeMeta.
 func partialMetadata(o *store.Object) ([]byte, error) {
+	var out bytes.Buffer
+	if err := writePartialMetadata(&out, o); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// partialMetadataPrefix starts every PartialObjectMetadata.
+const partialMetadataPrefix = `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":`
+
+// writePartialMetadata writes partialMetadata(o) to w; nothing when o's
+// stored bytes do not decode.
+func writePartialMetadata(w io.Writer, o *store.Object) error {
 	var m struct {
 		Metadata json.RawMessage `json:"metadata"`
 	}
 	if err := json.Unmarshal(o.Raw, &m); err != nil {
-		return nil, err
+		return err
 	}
-	out := []byte(`{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":`)
-	out = append(out, m.Metadata...)
-	return append(out, '}'), nil
+	_, _ = io.WriteString(w, partialMetadataPrefix)
+	_, _ = w.Write(m.Metadata)
+	_, _ = w.Write([]byte{'}'})
+	return nil
 }

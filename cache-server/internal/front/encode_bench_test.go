@@ -3,6 +3,8 @@ package front
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
 	encoding_ "github.com/cachetier/cachetier/cache-server/internal/encoding"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
+	"github.com/cachetier/cachetier/cache-server/internal/tables"
 )
 
 // benchConfigMaps returns n stored ConfigMaps of about size bytes each, as
@@ -93,3 +96,86 @@ func BenchmarkObjectProtobufCold1KiB(b *testing.B) {
 		}
 	}
 }
+
+// benchWriteList serves a warm LIST in enc through writeList, streamed as
+// a response is (compare with benchList's whole bodies of the same list).
+func benchWriteList(b *testing.B, enc encoding, accept, query string) {
+	res, objs := benchConfigMaps(b, 10000, 1024)
+	res.bodies = newBodyWriters()
+	res.printer = tables.NewBuiltins().For(res.GVR, "ConfigMap")
+	res.tableFailed = func(error) {}
+	s := &Server{}
+	meta := metav1.ListMeta{ResourceVersion: "5000"}
+	r := httptest.NewRequest(http.MethodGet, "/api/v1/configmaps"+query, nil)
+	r.Header.Set("Accept", accept)
+	serve := func() int {
+		w := &discardWriter{h: http.Header{}}
+		if code := s.writeList(w, r, res, enc, meta, objs); code != http.StatusOK {
+			b.Fatalf("code %d", code)
+		}
+		return w.n
+	}
+	n := serve() // warm the protobuf cache
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		serve()
+	}
+	b.SetBytes(int64(n))
+}
+
+// discardWriter is a ResponseWriter that counts and drops the body.
+type discardWriter struct {
+	h http.Header
+	n int
+}
+
+func (d *discardWriter) Header() http.Header { return d.h }
+func (d *discardWriter) WriteHeader(int)     {}
+func (d *discardWriter) Write(p []byte) (int, error) {
+	d.n += len(p)
+	return len(p), nil
+}
+
+func BenchmarkWriteListProtobufWarm10kx1KiB(b *testing.B) {
+	benchWriteList(b, encProtobuf, encoding_.ProtobufMediaType, "")
+}
+
+func BenchmarkWriteListProtobufMetadataWarm10k(b *testing.B) {
+	benchWriteList(b, encProtobufPartialMetadata, encoding_.ProtobufMediaType+";as=PartialObjectMetadataList;g=meta.k8s.io;v=v1", "")
+}
+
+func BenchmarkWriteListPartialMetadata10k(b *testing.B) {
+	benchWriteList(b, encPartialMetadata, "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1", "")
+}
+
+func BenchmarkWriteListTable10k(b *testing.B) {
+	benchWriteList(b, encTable, "application/json;as=Table;v=v1;g=meta.k8s.io", "")
+}
+
+func BenchmarkWriteListTableObject10k(b *testing.B) {
+	benchWriteList(b, encTable, "application/json;as=Table;v=v1;g=meta.k8s.io", "?includeObject=Object")
+}
+
+// The same Tables built whole (encodeTable), as before writeList streamed
+// them.
+func benchWholeTable(b *testing.B, query string) {
+	res, objs := benchConfigMaps(b, 10000, 1024)
+	res.printer = tables.NewBuiltins().For(res.GVR, "ConfigMap")
+	res.tableFailed = func(error) {}
+	r := httptest.NewRequest(http.MethodGet, "/api/v1/configmaps"+query, nil)
+	r.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	opts, err := tableOptions(r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := res.encodeTable(opts, objs, true, metav1.ListMeta{ResourceVersion: "5000"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkListTableWhole10k(b *testing.B)       { benchWholeTable(b, "") }
+func BenchmarkListTableObjectWhole10k(b *testing.B) { benchWholeTable(b, "?includeObject=Object") }
