@@ -18,9 +18,9 @@ import (
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-// Members calls fn with each member of the JSON object b (the key as
-// written, without quotes, and the value's bytes). Keys with escapes are
-// unquoted first.
+// Members calls fn with each member of the JSON object b (the key
+// unquoted as encoding/json unquotes it, and the value's bytes as
+// written).
 func Members(b []byte, fn func(key, value []byte) error) error {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
@@ -39,7 +39,7 @@ func Members(b []byte, fn func(key, value []byte) error) error {
 			return err
 		}
 		key := b[i+1 : end-1]
-		if escaped {
+		if escaped || !plain(key) {
 			var k string
 			if err := json.Unmarshal(b[i:end], &k); err != nil {
 				return err

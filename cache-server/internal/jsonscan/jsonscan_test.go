@@ -72,7 +72,7 @@ func checkMembers(t *testing.T, b []byte) {
 func TestMembers(t *testing.T) {
 	for _, s := range []string{
 		`{}`, ` { } `, `{"a":1}`, `{"a":"b","c":{"d":[1,2,{"e":"}"}]},"f":null,"g":true,"h":false,"i":-1.5e3}`,
-		`{"\u0073pec":"x","a\"b":"c\\d","e":"\u00e9\n"}`, "{\"k\":\"\xff\xfe\"}", `{"a":"x","a":"y"}`,
+		`{"\u0073pec":"x","a\"b":"c\\d","e":"\u00e9\n"}`, "{\"k\":\"\xff\xfe\"}", "{\"\xff\":\"x\"}", `{"a":"x","a":"y"}`,
 		`{"k":"\ud800"}`, `{"a" : [ "]" , "\\" ] , "b" : { } }`,
 	} {
 		checkMembers(t, []byte(s))
@@ -88,7 +88,7 @@ func TestMembers(t *testing.T) {
 }
 
 func FuzzMembers(f *testing.F) {
-	for _, s := range []string{`{"a":1}`, `{"\u0073":"\u00e9","b":[{"c":"d"}]}`, "{\"k\":\"\xff\"}", `{"a":{"b":"c\"}"}}`} {
+	for _, s := range []string{`{"a":1}`, `{"\u0073":"\u00e9","b":[{"c":"d"}]}`, "{\"k\":\"\xff\"}", "{\"\xff\":1}", `{"a":{"b":"c\"}"}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) { checkMembers(t, b) })
