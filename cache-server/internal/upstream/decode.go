@@ -2,7 +2,6 @@ package upstream
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -15,8 +14,7 @@ import (
 // only metadata.name/namespace.
 type FieldsFunc func(raw []byte) map[string]string
 
-// objectMeta is the part of an object the store indexes. Decoding into this
-// small struct is cheaper than a full decode.
+// objectMeta is the part of a bookmark's object the tier reads.
 type objectMeta struct {
 	Metadata struct {
 		Name            string            `json:"name"`
@@ -39,8 +37,8 @@ type objectMeta struct {
 //     alive); encoding/json's RawMessage is already an exact-size copy, so
 //     this is a guard for other callers, not a copy on the hot path.
 func DecodeObject(raw []byte, fieldsOf FieldsFunc) (*store.Object, error) {
-	var m objectMeta
-	if err := json.Unmarshal(raw, &m); err != nil {
+	m, err := decodeKeyMeta(raw)
+	if err != nil {
 		return nil, fmt.Errorf("decode object: %w", err)
 	}
 	rv, err := ParseRV(m.Metadata.ResourceVersion)
