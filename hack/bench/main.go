@@ -72,7 +72,8 @@ type options struct {
 	// consistent read's wait for the tier before its 504.
 	freshness time.Duration
 	// profileDir, when set, receives a CPU profile of each server taken
-	// while it serves full and paginated LISTs (after the measurements).
+	// while it serves full and paginated LISTs (after the measurements), and
+	// in -mode nodes during each phase (profileNodePhase).
 	profileDir string
 	// tierFlags are extra `cache-server standalone` flags (space-separated).
 	tierFlags string
@@ -106,7 +107,7 @@ func main() {
 	flag.StringVar(&o.binary, "cache-server", "", "cache-server binary (default: built into a temporary directory)")
 	flag.StringVar(&o.tierEnv, "tier-env", "", "extra environment for the cache-server process only, space-separated NAME=value (e.g. GOGC=50)")
 	flag.StringVar(&o.tierFlags, "tier-flags", "", "extra cache-server standalone flags, space-separated (e.g. \"--gc-percent=50\")")
-	flag.StringVar(&o.profileDir, "profile-dir", "", "write CPU profiles of both servers under LIST load here (/debug/pprof/profile; both serve it to the admin)")
+	flag.StringVar(&o.profileDir, "profile-dir", "", "write CPU profiles of both servers here (/debug/pprof/profile, served to the admin): under LIST load, and in -mode nodes during each phase's writer run")
 	flag.DurationVar(&o.freshness, "freshness-timeout", 0, "the tier profile's freshnessTimeout (default: the profile's default, 3s); the 100k-object scale run on a loaded machine needs more")
 	flag.IntVar(&o.fleet, "fleet", 0, "run the tier as a fleet of this many shard processes and a front (list mode; apicost, quietread and nodes run one next to the standalone tier, default 2 shards; CPU and RSS summed over the processes)")
 	mode := flag.String("mode", "list", "benchmark: list, watchlist, fanout, watch (watchlist and fanout), nodes, probecost, apicost, quietread, aggwatch or flood")
@@ -192,7 +193,13 @@ type benchEnv struct {
 // startEnv starts the control plane and builds cache-server unless
 // o.binary names one. The caller stops env.cp.
 func startEnv(ctx context.Context, o *options) (env *benchEnv, err error) {
-	cp, err := controlplane.Start(ctx, controlplane.Options{ServiceClusterIPRange: "127.82.0.0/24"})
+	cpo := controlplane.Options{ServiceClusterIPRange: "127.82.0.0/24"}
+	if o.profileDir != "" {
+		// hack/controlplane turns the apiserver's profiling off; the
+		// profiles compare the two servers.
+		cpo.ExtraAPIServerFlags = []string{"--profiling=true"}
+	}
+	cp, err := controlplane.Start(ctx, cpo)
 	if err != nil {
 		return nil, err
 	}
@@ -927,7 +934,8 @@ func saveCPUProfile(cfg *rest.Config, file string) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotFound {
-		// hack/controlplane runs kube-apiserver with --profiling=false.
+		// hack/controlplane runs kube-apiserver with --profiling=false
+		// (startEnv turns it on with -profile-dir).
 		fmt.Fprintf(os.Stderr, "bench: %s serves no profiles; %s not written\n", cfg.Host, file)
 		return nil
 	}

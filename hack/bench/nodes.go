@@ -46,6 +46,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -73,6 +74,9 @@ type nodesOptions struct {
 	writers int
 	// podSize is -pod-size.
 	podSize int
+	// profileDir is -profile-dir: each phase's servers are CPU-profiled
+	// during its writer's run (profileNodePhase).
+	profileDir string
 }
 
 func nodesFlags() *nodesOptions {
@@ -121,6 +125,8 @@ type nodeTarget struct {
 	metricsClient *http.Client
 	// alive reports a process that exited, with its last log lines.
 	alive func() error
+	// parts are a fleet's shards (profiled with the front).
+	parts []profTarget
 }
 
 // podWriter patches the data set's Pods round-robin and counts the
@@ -396,8 +402,12 @@ func runNodePhase(ctx context.Context, env *benchEnv, t *nodeTarget, writer *pod
 	}
 	s0, a0, start := cpuTicksAll(pids), cpuTicks(env.apiPID), time.Now()
 	ph.start = start
+	profiled := profileNodePhase(env, t, w, no)
 	ph.w = writeLoop(ctx, no.rate, no.duration, no.writers, writer.write)
 	time.Sleep(writeTail)
+	if err := profiled(); err != nil {
+		return ph, err
+	}
 	ph.serverMs, ph.apiMs, ph.window = ticksMs(cpuTicksAll(pids)-s0), ticksMs(cpuTicks(env.apiPID)-a0), time.Since(start)
 	if before != nil {
 		if ph.upstream = counterDelta(before, upstreamCounters(t.metricsClient, t.metrics), float64(max(ph.w.writes, 1))/1000); ph.upstream == "" {
@@ -436,6 +446,60 @@ func runNodePhase(ctx context.Context, env *benchEnv, t *nodeTarget, writer *pod
 		return ph, err
 	}
 	return ph, nil
+}
+
+// profileNodePhase, with -profile-dir, takes 10-second CPU profiles of the
+// phase's servers while its writer runs (from 2 s into it): the tier's
+// processes and the apiserver for a tier's phase
+// (nodes-<tier>-W<w>-tier.pprof, -apiserver.pprof), the apiserver for its
+// own (nodes-kube-apiserver-W<w>-apiserver.pprof). Where the CPU per update goes. The
+// sampling costs the profiled processes a little CPU: a profiled run's
+// CPU figures are not of record. The returned func waits for the profiles.
+func profileNodePhase(env *benchEnv, t *nodeTarget, w int, no *nodesOptions) func() error {
+	if no.profileDir == "" || t == nil || no.duration < 12*time.Second {
+		return func() error { return nil }
+	}
+	slug := func(s string) string {
+		s = strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+				return r
+			}
+			return '-'
+		}, strings.ToLower(s))
+		for strings.Contains(s, "--") {
+			s = strings.ReplaceAll(s, "--", "-")
+		}
+		return strings.Trim(s, "-")
+	}
+	base := filepath.Join(no.profileDir, fmt.Sprintf("nodes-%s-W%d", slug(t.name), w))
+	targets := []profTarget{{"apiserver", env.admin}}
+	if t.tier {
+		targets = append(targets, profTarget{"tier", t.cfg})
+		for _, p := range t.parts {
+			targets = append(targets, profTarget{"tier-" + p.name, p.cfg})
+		}
+	}
+	errs := make(chan error, len(targets))
+	for _, pt := range targets {
+		go func() {
+			time.Sleep(2 * time.Second)
+			file := base + "-" + pt.name + ".pprof"
+			err := saveCPUProfile(pt.cfg, file)
+			if err == nil {
+				fmt.Fprintf(os.Stderr, "bench: wrote %s\n", file)
+			}
+			errs <- err
+		}()
+	}
+	return func() error {
+		var first error
+		for range targets {
+			if err := <-errs; err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
 }
 
 // aliveNote is the last log lines of a tier process that exited, if one
@@ -590,7 +654,7 @@ func startNodeTier(ctx context.Context, env *benchEnv, o options, kind string) (
 		tp.stop()
 		return nil, nil, err
 	}
-	t := &nodeTarget{name: name, cfg: tp.cfg, pids: tp.pids, tier: true, metricsClient: mc, alive: tp.alive}
+	t := &nodeTarget{name: name, cfg: tp.cfg, pids: tp.pids, tier: true, metricsClient: mc, alive: tp.alive, parts: tp.parts}
 	if len(tp.parts) == 0 {
 		t.metrics = []string{tp.cfg.Host + "/metrics"}
 	}
@@ -620,6 +684,7 @@ func runNodes(ctx context.Context, o options, no *nodesOptions) error {
 	if err := raiseNoFile(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: raising RLIMIT_NOFILE:", err)
 	}
+	no.profileDir = o.profileDir
 	env, err := startEnv(ctx, &o)
 	if err != nil {
 		return err

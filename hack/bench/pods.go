@@ -19,8 +19,8 @@ import (
 // apiserver serves it (managedFields included). hack/controlplane runs no
 // scheduler or kubelet: the Pods stay Pending, which changes nothing for
 // LIST. Pods are a resource with field selectors beyond metadata
-// (spec.nodeName, status.phase, ...), so the tier decodes each one fully at
-// ingestion, unlike ConfigMaps.
+// (spec.nodeName, status.phase, ...), so the tier reads those values of
+// each one at ingestion (fields.SetJSON), unlike ConfigMaps.
 
 // podPaddingKey is the annotation that brings a Pod to the wanted size.
 const podPaddingKey = "bench.cachetier.io/padding"

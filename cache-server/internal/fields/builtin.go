@@ -16,6 +16,10 @@ type builtin struct {
 	// messages name the GroupVersionKind).
 	convert func(gvk schema.GroupVersionKind) func(label, value string) (string, string, error)
 	extra   func(obj map[string]any, set fields.Set) error
+	// reads are the object's members extra reads, as dotted paths: all
+	// that SetJSON decodes (see sparse.go). A path extra walks that is
+	// not here reads as absent there.
+	reads []string
 	// indexes are the fields kube-apiserver's watch cache indexes for the
 	// resource (the registry's Indexers and TriggerFunc): it serves a
 	// first LIST page with an equality on one of them from that index,
@@ -87,6 +91,7 @@ func builtins() map[schema.GroupResource]builtin {
 					return base(label, value)
 				}
 			},
+			reads: []string{"spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIPs", "status.podIP", "status.nominatedNodeName"},
 			extra: func(o map[string]any, s fields.Set) error {
 				s["spec.nodeName"] = str(o, "spec", "nodeName")
 				s["spec.restartPolicy"] = str(o, "spec", "restartPolicy")
@@ -103,6 +108,7 @@ func builtins() map[schema.GroupResource]builtin {
 		{Resource: "nodes"}: {
 			kind:    "Node",
 			convert: allow("metadata.name", "spec.unschedulable"),
+			reads:   []string{"spec.unschedulable"},
 			extra: func(o map[string]any, s fields.Set) error {
 				s["spec.unschedulable"] = boolean(o, "spec", "unschedulable")
 				return nil
@@ -111,6 +117,7 @@ func builtins() map[schema.GroupResource]builtin {
 		{Resource: "replicationcontrollers"}: {
 			kind:    "ReplicationController",
 			convert: allow("metadata.name", "metadata.namespace", "status.replicas"),
+			reads:   []string{"status.replicas"},
 			extra: func(o map[string]any, s fields.Set) error {
 				s["status.replicas"] = integer(o, "status", "replicas")
 				return nil
@@ -122,6 +129,7 @@ func builtins() map[schema.GroupResource]builtin {
 				"involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
 				"involvedObject.fieldPath", "reason", "reportingComponent", "source", "type",
 				"metadata.namespace", "metadata.name"),
+			reads: eventReads("involvedObject", "reportingComponent", "source"),
 			extra: func(o map[string]any, s fields.Set) error {
 				eventFields(o, s, "involvedObject", "reportingComponent", "source")
 				return nil
@@ -143,6 +151,7 @@ func builtins() map[schema.GroupResource]builtin {
 				"metadata.namespace":        "metadata.namespace",
 				"metadata.name":             "metadata.name",
 			}),
+			reads: eventReads("regarding", "reportingController", "deprecatedSource"),
 			extra: func(o map[string]any, s fields.Set) error {
 				// Same internal field names as core/v1 events: the apiserver
 				// converts events.k8s.io/v1 into the internal core Event.
@@ -153,6 +162,7 @@ func builtins() map[schema.GroupResource]builtin {
 		{Resource: "namespaces"}: {
 			kind:    "Namespace",
 			convert: allow("status.phase", "metadata.name"),
+			reads:   []string{"status.phase"},
 			extra: func(o map[string]any, s fields.Set) error {
 				s["status.phase"] = str(o, "status", "phase")
 				s["name"] = str(o, "metadata", "name") // kept by the apiserver for backward compatibility
@@ -162,6 +172,7 @@ func builtins() map[schema.GroupResource]builtin {
 		{Resource: "secrets"}: {
 			kind:    "Secret",
 			convert: allow("type", "metadata.namespace", "metadata.name"),
+			reads:   []string{"type"},
 			extra: func(o map[string]any, s fields.Set) error {
 				s["type"] = str(o, "type")
 				return nil
@@ -170,6 +181,7 @@ func builtins() map[schema.GroupResource]builtin {
 		{Resource: "services"}: {
 			kind:    "Service",
 			convert: allow("metadata.namespace", "metadata.name", "spec.clusterIP", "spec.type"),
+			reads:   []string{"spec.clusterIP", "spec.type"},
 			extra: func(o map[string]any, s fields.Set) error {
 				s["spec.clusterIP"] = str(o, "spec", "clusterIP")
 				s["spec.type"] = str(o, "spec", "type")
@@ -188,6 +200,7 @@ func builtins() map[schema.GroupResource]builtin {
 		},
 		{Group: "apps", Resource: "replicasets"}: {
 			kind: "ReplicaSet", convert: defaultConversion,
+			reads: []string{"status.replicas"},
 			extra: func(o map[string]any, s fields.Set) error {
 				s["status.replicas"] = integer(o, "status", "replicas")
 				return nil
@@ -198,6 +211,7 @@ func builtins() map[schema.GroupResource]builtin {
 			convert: allowMsg(func(_ schema.GroupVersionKind, label string) string {
 				return fmt.Sprintf("field label %q not supported for Job", label)
 			}, "metadata.name", "metadata.namespace", "status.successful"),
+			reads: []string{"status.succeeded"},
 			extra: func(o map[string]any, s fields.Set) error {
 				s["status.successful"] = integer(o, "status", "succeeded")
 				return nil
@@ -206,16 +220,19 @@ func builtins() map[schema.GroupResource]builtin {
 		{Group: "certificates.k8s.io", Resource: "certificatesigningrequests"}: {
 			kind:    "CertificateSigningRequest",
 			convert: allow("metadata.name", "spec.signerName"),
+			reads:   []string{"spec.signerName"},
 			extra:   signerName,
 		},
 		{Group: "certificates.k8s.io", Resource: "clustertrustbundles"}: {
 			kind:    "ClusterTrustBundle",
 			convert: allow("metadata.name", "spec.signerName"),
+			reads:   []string{"spec.signerName"},
 			extra:   signerName,
 		},
 		{Group: "certificates.k8s.io", Resource: "podcertificaterequests"}: {
 			kind:    "PodCertificateRequest",
 			convert: allow("metadata.name", "spec.signerName", "spec.podName", "spec.nodeName"),
+			reads:   []string{"spec.signerName", "spec.podName", "spec.nodeName"},
 			extra: func(o map[string]any, s fields.Set) error {
 				s["spec.signerName"] = str(o, "spec", "signerName")
 				s["spec.podName"] = str(o, "spec", "podName")
@@ -228,6 +245,7 @@ func builtins() map[schema.GroupResource]builtin {
 			convert: allowMsg(func(gvk schema.GroupVersionKind, label string) string {
 				return fmt.Sprintf("field label not supported for %s: %s", gvk, label)
 			}, "metadata.name", "spec.nodeName", "spec.driver", "spec.pool.name"),
+			reads: []string{"spec.nodeName", "spec.driver", "spec.pool.name"},
 			extra: func(o map[string]any, s fields.Set) error {
 				s["spec.nodeName"] = str(o, "spec", "nodeName")
 				s["spec.driver"] = str(o, "spec", "driver")
@@ -238,6 +256,7 @@ func builtins() map[schema.GroupResource]builtin {
 		},
 		{Group: "coordination.k8s.io", Resource: "leasecandidates"}: {
 			kind: "LeaseCandidate", convert: defaultConversion,
+			reads: []string{"spec.leaseName"},
 			extra: func(o map[string]any, s fields.Set) error {
 				s["spec.leaseName"] = str(o, "spec", "leaseName")
 				return nil
@@ -264,11 +283,25 @@ func podIP(o map[string]any) string {
 	return str(o, "status", "podIP")
 }
 
+// eventReads are the members eventFields reads.
+func eventReads(involved, reportingController, source string) []string {
+	var r []string
+	for _, f := range eventInvolvedFields() {
+		r = append(r, involved+"."+f)
+	}
+	return append(r, "reason", reportingController, source+".component", "type")
+}
+
+// eventInvolvedFields are the involved object's selectable fields.
+func eventInvolvedFields() []string {
+	return []string{"kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath"}
+}
+
 // eventFields fills the internal Event's selectable fields (registry
 // core/event ToSelectableFields) from a core/v1 or events.k8s.io/v1 object,
 // whose field names differ.
 func eventFields(o map[string]any, s fields.Set, involved, reportingController, source string) {
-	for _, f := range []string{"kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath"} {
+	for _, f := range eventInvolvedFields() {
 		s["involvedObject."+f] = str(o, involved, f)
 	}
 	s["reason"] = str(o, "reason")

@@ -55,7 +55,14 @@ type Resource struct {
 	custom []customField
 	// apiserverIndexes: builtin.indexes.
 	apiserverIndexes []string
+	// reads are the members Set reads (builtin.reads and the metadata),
+	// which is all SetJSON decodes; nil for custom resources (SetJSON
+	// decodes them whole).
+	reads pathTree
 }
+
+// metadataReads are the members Set reads of every object.
+func metadataReads() []string { return []string{"metadata.name", "metadata.namespace"} }
 
 type customField struct {
 	name string
@@ -74,11 +81,13 @@ func New(spec Spec) (*Resource, error) {
 	b, ok := builtins()[spec.GVR.GroupResource()]
 	if !ok {
 		r.convert = runtime.DefaultMetaV1FieldSelectorConversion
+		r.reads = newPathTree(metadataReads())
 		return r, nil
 	}
 	r.convert = b.convert(spec.GVR.GroupVersion().WithKind(b.kind))
 	r.extra = b.extra
 	r.apiserverIndexes = b.indexes
+	r.reads = newPathTree(append(metadataReads(), b.reads...))
 	return r, nil
 }
 

@@ -121,13 +121,13 @@ func namespaceFilter(e catalog.Entry, w *upstream.NamespaceWatcher) *upstream.Na
 
 // fieldsFunc computes an object's field-selector values at ingestion. It
 // is nil for resources whose only fields are metadata.name/namespace, so
-// ingestion does not decode every object fully just to read those.
+// ingestion does not read more of those objects than their metadata.
 func fieldsFunc(e catalog.Entry, log logr.Logger) upstream.FieldsFunc {
 	if !e.Fields.NeedsObject() {
 		return nil
 	}
-	return func(obj map[string]any) map[string]string {
-		set, err := e.Fields.Set(obj)
+	return func(raw []byte) map[string]string {
+		set, err := e.Fields.SetJSON(raw)
 		if err != nil {
 			// The object stays servable but only matches selectors on its
 			// name and namespace; say so rather than drop it.

@@ -2,22 +2,19 @@ package upstream
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
 	"strconv"
 
 	"github.com/cachetier/cachetier/cache-server/internal/keyhash"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
 )
 
-// FieldsFunc returns the field-selector values of a decoded object (see
-// package fields); nil means only metadata.name/namespace.
-type FieldsFunc func(obj map[string]any) map[string]string
+// FieldsFunc returns the field-selector values of an object from its JSON,
+// which has been parsed (see package fields, Resource.SetJSON); nil means
+// only metadata.name/namespace.
+type FieldsFunc func(raw []byte) map[string]string
 
-// objectMeta is the part of an object the store indexes. Decoding into this
-// small struct is cheaper than a full decode; the full map is only built
-// when the resource has field-selector attributes beyond metadata.
+// objectMeta is the part of a bookmark's object the tier reads.
 type objectMeta struct {
 	Metadata struct {
 		Name            string            `json:"name"`
@@ -30,13 +27,7 @@ type objectMeta struct {
 
 // DecodeObject turns the JSON of one object as received from the apiserver
 // into a store object. raw is kept as the object's bytes (it is the wire
-// encoding); see decodeObject.
-func DecodeObject(raw []byte, fieldsOf FieldsFunc) (*store.Object, error) {
-	return decodeObject(raw, fieldsOf, nil)
-}
-
-// decodeObject is DecodeObject with an optional reusable decoder for the
-// full decode that fieldsOf needs (nil: a fresh one).
+// encoding).
 //
 // Memory per stored object is what the tier is about, so:
 //   - Namespace and Name are substrings of Key: one string allocation
@@ -45,9 +36,9 @@ func DecodeObject(raw []byte, fieldsOf FieldsFunc) (*store.Object, error) {
 //     (a slice of a larger decode buffer would keep the whole buffer
 //     alive); encoding/json's RawMessage is already an exact-size copy, so
 //     this is a guard for other callers, not a copy on the hot path.
-func decodeObject(raw []byte, fieldsOf FieldsFunc, nd *numberDecoder) (*store.Object, error) {
-	var m objectMeta
-	if err := json.Unmarshal(raw, &m); err != nil {
+func DecodeObject(raw []byte, fieldsOf FieldsFunc) (*store.Object, error) {
+	m, err := decodeKeyMeta(raw)
+	if err != nil {
 		return nil, fmt.Errorf("decode object: %w", err)
 	}
 	rv, err := ParseRV(m.Metadata.ResourceVersion)
@@ -68,14 +59,8 @@ func decodeObject(raw []byte, fieldsOf FieldsFunc, nd *numberDecoder) (*store.Ob
 	}
 	var values map[string]string
 	if fieldsOf != nil {
-		if nd == nil {
-			nd = newNumberDecoder()
-		}
-		full, err := nd.decode(raw)
-		if err != nil {
-			return nil, fmt.Errorf("decode object %s: %w", o.Key, err)
-		}
-		values = fieldsOf(full)
+		// raw has been parsed whole just above: the contract of SetJSON.
+		values = fieldsOf(raw)
 	}
 	// metadata.name and metadata.namespace are answered from the object
 	// itself (store.Object.FieldSet); a map holding only them would cost
@@ -86,51 +71,6 @@ func decodeObject(raw []byte, fieldsOf FieldsFunc, nd *numberDecoder) (*store.Ob
 		o.Fields = values
 	}
 	return o, nil
-}
-
-// numberDecoder decodes whole objects into map[string]any with UseNumber
-// (integers above 2^53 stay exact in field values), reusing one
-// json.Decoder and its buffer across objects. A fresh json.Decoder per
-// object grows its buffer by doubling from 512 bytes until the object fits:
-// about 4x the object's size in garbage per object (measured: ~2 KiB per
-// 1.4 KiB ConfigMap, ~4.5 MiB per 1 MiB one), the largest single source of
-// ingestion garbage after the map itself. Not safe for concurrent use; the
-// ingester pools them.
-type numberDecoder struct {
-	src feedReader
-	dec *json.Decoder
-}
-
-func newNumberDecoder() *numberDecoder {
-	d := &numberDecoder{}
-	d.dec = json.NewDecoder(&d.src)
-	d.dec.UseNumber()
-	return d
-}
-
-// decode decodes raw, which must hold exactly one JSON value (decodeObject
-// has already validated it with json.Unmarshal). The decoder stops at the
-// value's closing brace, so nothing of the next object is read early;
-// trailing whitespace is skipped by the next decode. After an error the
-// decoder is unusable (json.Decoder keeps its error): callers drop it.
-func (d *numberDecoder) decode(raw []byte) (map[string]any, error) {
-	d.src.b = raw
-	var full map[string]any
-	err := d.dec.Decode(&full)
-	d.src.b = nil
-	return full, err
-}
-
-// feedReader hands the decoder the current object's bytes.
-type feedReader struct{ b []byte }
-
-func (f *feedReader) Read(p []byte) (int, error) {
-	if len(f.b) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, f.b)
-	f.b = f.b[n:]
-	return n, nil
 }
 
 // ParseRV parses a resourceVersion as the apiserver's etcd3 storage encodes

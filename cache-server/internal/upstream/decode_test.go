@@ -1,12 +1,14 @@
 package upstream
 
 import (
+	"bytes"
 	"encoding/json"
-	"reflect"
-	"strings"
+	"maps"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/cachetier/cachetier/cache-server/internal/fields"
 )
 
 func TestWithTypeMeta(t *testing.T) {
@@ -25,9 +27,7 @@ func TestWithTypeMeta(t *testing.T) {
 
 func TestDecodeObject(t *testing.T) {
 	raw := []byte(`{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"ns","resourceVersion":"42","labels":{"a":"b"}},"spec":{"nodeName":"n1"}}`)
-	o, err := DecodeObject(raw, func(obj map[string]any) map[string]string {
-		return map[string]string{"spec.nodeName": obj["spec"].(map[string]any)["nodeName"].(string)}
-	})
+	o, err := DecodeObject(raw, podFields(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,42 +37,12 @@ func TestDecodeObject(t *testing.T) {
 		t.Fatalf("decoded %+v", o)
 	}
 	// name and namespace are not kept twice: the object answers them.
-	if len(o.Fields) != 1 {
-		t.Errorf("Fields = %v, want only spec.nodeName", o.Fields)
+	if _, ok := o.Fields["metadata.name"]; ok || len(o.Fields) != 8 {
+		t.Errorf("Fields = %v, want the pod's eight fields beyond metadata", o.Fields)
 	}
 	for _, bad := range []string{`{`, `{"metadata":{"name":"x","resourceVersion":"abc"}}`, `{"metadata":{"name":"x"}}`} {
 		if _, err := DecodeObject([]byte(bad), nil); err == nil {
 			t.Errorf("DecodeObject(%s): want error", bad)
-		}
-	}
-}
-
-// A reused numberDecoder decodes a sequence of objects exactly as a fresh
-// json.Decoder with UseNumber does, whatever their sizes and trailing
-// whitespace.
-func TestNumberDecoderReuse(t *testing.T) {
-	docs := []string{
-		`{"metadata":{"name":"a"},"spec":{"n":9007199254740993}}`,
-		"{\"metadata\":{\"name\":\"b\"},\"data\":{\"x\":\"" + strings.Repeat("y", 5000) + "\"}}\n",
-		`  {"metadata":{"name":"c"},"spec":{"f":1.5,"b":true,"z":null,"l":[1,"2",{"3":4}]}}  `,
-		`{}`,
-	}
-	nd := newNumberDecoder()
-	for round := 0; round < 2; round++ {
-		for _, doc := range docs {
-			got, err := nd.decode([]byte(doc))
-			if err != nil {
-				t.Fatalf("decode %q: %v", doc, err)
-			}
-			var want map[string]any
-			dec := json.NewDecoder(strings.NewReader(doc))
-			dec.UseNumber()
-			if err := dec.Decode(&want); err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("decode %q = %v, want %v", doc, got, want)
-			}
 		}
 	}
 }
@@ -95,5 +65,38 @@ func TestDecodeObjectNames(t *testing.T) {
 		if fs.Get("metadata.name") != c.name || fs.Get("metadata.namespace") != c.ns || fs.Has("metadata.namespace") != (c.ns != "") || o.Fields != nil {
 			t.Errorf("%s: field set name %q namespace %q, map %v", c.raw, fs.Get("metadata.name"), fs.Get("metadata.namespace"), o.Fields)
 		}
+	}
+}
+
+// The bench's Pod event: its stored field values are the full decode's
+// field set (package fields' equivalence tests, end to end through
+// DecodeObject), without the metadata the object answers itself.
+func TestDecodeObjectFieldsOfBenchPod(t *testing.T) {
+	_, obj, err := eventParts(benchPodEvent(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := DecodeObject(obj, podFields(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := fields.New(fields.Spec{GVR: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Kind: "Pod", Namespaced: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var full map[string]any
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	dec.UseNumber()
+	if err := dec.Decode(&full); err != nil {
+		t.Fatal(err)
+	}
+	want, err := r.Set(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(want, "metadata.name")
+	delete(want, "metadata.namespace")
+	if !maps.Equal(o.Fields, map[string]string(want)) || want["spec.nodeName"] != "node-00300" {
+		t.Errorf("Fields %v, full decode's set %v", o.Fields, want)
 	}
 }

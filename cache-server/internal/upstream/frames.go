@@ -3,10 +3,11 @@ package upstream
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/cachetier/cachetier/cache-server/internal/jsonscan"
 )
 
 // Watch streams without decoding. A watch response is a sequence of JSON
@@ -154,10 +155,10 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\
 // eventParts returns a watch frame's type and object (a view into frame),
 // keys matched as json.Unmarshal matches them.
 func eventParts(frame []byte) (typ string, object []byte, err error) {
-	err = members(frame, func(key, value []byte) error {
+	err = jsonscan.Members(frame, func(key, value []byte) error {
 		switch {
 		case bytes.EqualFold(key, []byte("type")):
-			s, ok, err := stringValue(value)
+			s, ok, err := jsonscan.String(value)
 			if err != nil {
 				return err
 			}
@@ -183,7 +184,7 @@ func eventParts(frame []byte) (typ string, object []byte, err error) {
 // the caller decodes the object then.
 func objectKey(raw []byte) (ns, name, rv string, ok bool) {
 	var meta []byte
-	if err := members(raw, func(key, value []byte) error {
+	if err := jsonscan.Members(raw, func(key, value []byte) error {
 		if bytes.EqualFold(key, []byte("metadata")) {
 			meta = value
 		}
@@ -192,7 +193,7 @@ func objectKey(raw []byte) (ns, name, rv string, ok bool) {
 		return "", "", "", false
 	}
 	ok = true
-	err := members(meta, func(key, value []byte) error {
+	err := jsonscan.Members(meta, func(key, value []byte) error {
 		var dst *string
 		switch {
 		case bytes.EqualFold(key, []byte("namespace")):
@@ -212,156 +213,4 @@ func objectKey(raw []byte) (ns, name, rv string, ok bool) {
 		return nil
 	})
 	return ns, name, rv, ok && err == nil
-}
-
-// members calls fn with each member of the JSON object b (the key as
-// written, without quotes, and the value's bytes). Keys with escapes are
-// unquoted first.
-func members(b []byte, fn func(key, value []byte) error) error {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return errors.New("not a JSON object")
-	}
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return trailing(b, i+1)
-	}
-	for {
-		if i >= len(b) || b[i] != '"' {
-			return errors.New("object key is not a string")
-		}
-		end, escaped, err := scanString(b, i)
-		if err != nil {
-			return err
-		}
-		key := b[i+1 : end-1]
-		if escaped {
-			var k string
-			if err := json.Unmarshal(b[i:end], &k); err != nil {
-				return err
-			}
-			key = []byte(k)
-		}
-		i = skipSpace(b, end)
-		if i >= len(b) || b[i] != ':' {
-			return errors.New("missing ':' after an object key")
-		}
-		i = skipSpace(b, i+1)
-		vend, err := scanValue(b, i)
-		if err != nil {
-			return err
-		}
-		if err := fn(key, b[i:vend]); err != nil {
-			return err
-		}
-		i = skipSpace(b, vend)
-		if i >= len(b) {
-			return io.ErrUnexpectedEOF
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case '}':
-			return trailing(b, i+1)
-		default:
-			return fmt.Errorf("unexpected %q after an object member", b[i])
-		}
-	}
-}
-
-func trailing(b []byte, i int) error {
-	if skipSpace(b, i) != len(b) {
-		return errors.New("data after the object")
-	}
-	return nil
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && isSpace(b[i]) {
-		i++
-	}
-	return i
-}
-
-// scanString returns the end (after the closing quote) of the string at
-// b[i], and whether it has escapes.
-func scanString(b []byte, i int) (end int, escaped bool, err error) {
-	j := i + 1
-	for {
-		q := bytes.IndexByte(b[j:], '"')
-		if q < 0 {
-			return 0, false, io.ErrUnexpectedEOF
-		}
-		q += j
-		// The escapes before the quote; each backslash is looked at once.
-		for {
-			e := bytes.IndexByte(b[j:q], '\\')
-			if e < 0 {
-				return q + 1, escaped, nil
-			}
-			escaped = true
-			if j += e + 2; j > q {
-				break // the quote was escaped: find the next one
-			}
-		}
-	}
-}
-
-// scanValue returns the end of the JSON value at b[i]. Composite values
-// are scanned for nesting and strings only.
-func scanValue(b []byte, i int) (int, error) {
-	if i >= len(b) {
-		return 0, io.ErrUnexpectedEOF
-	}
-	switch c := b[i]; {
-	case c == '"':
-		end, _, err := scanString(b, i)
-		return end, err
-	case c == '{' || c == '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				end, _, err := scanString(b, j)
-				if err != nil {
-					return 0, err
-				}
-				j = end - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1, nil
-				}
-			}
-		}
-		return 0, io.ErrUnexpectedEOF
-	case c == 't' || c == 'f' || c == 'n':
-		for _, lit := range []string{"true", "false", "null"} {
-			if bytes.HasPrefix(b[i:], []byte(lit)) {
-				return i + len(lit), nil
-			}
-		}
-		return 0, fmt.Errorf("invalid literal at %.16q", b[i:])
-	case c == '-' || (c >= '0' && c <= '9'):
-		j := i + 1
-		for j < len(b) && (b[j] >= '0' && b[j] <= '9' || b[j] == '.' || b[j] == 'e' || b[j] == 'E' || b[j] == '+' || b[j] == '-') {
-			j++
-		}
-		return j, nil
-	}
-	return 0, fmt.Errorf("invalid value at %.16q", b[i:])
-}
-
-// stringValue unquotes a JSON string value; ok is false for another kind
-// of value.
-func stringValue(v []byte) (s string, ok bool, err error) {
-	if len(v) == 0 || v[0] != '"' {
-		return "", false, nil
-	}
-	if bytes.IndexByte(v, '\\') < 0 {
-		return string(v[1 : len(v)-1]), true, nil
-	}
-	err = json.Unmarshal(v, &s)
-	return s, err == nil, err
 }

@@ -104,10 +104,6 @@ type Ingester struct {
 	// one namespace (a field so tests can replace it).
 	ns     nsState
 	nsList func(ctx context.Context, ns string) ([]*store.Object, uint64, error)
-
-	// decoders pools *numberDecoder for the full decode that Fields needs
-	// (see numberDecoder: a fresh json.Decoder per object is mostly garbage).
-	decoders sync.Pool
 }
 
 // New returns an ingester; call Run to start it.
@@ -330,8 +326,8 @@ func (in *Ingester) listAll(ctx context.Context, u string) ([]*store.Object, uin
 	}
 }
 
-// decode is DecodeObject with a pooled decoder for the full decode, of a
-// copy of raw (a view into a stream's buffer). An object whose key Owns
+// decode is DecodeObject of a copy of raw (a view into a stream's
+// buffer). An object whose key Owns
 // refuses is not decoded nor copied: it comes back with only its key and
 // RV, which is all the callers look at before dropping it (progress).
 func (in *Ingester) decode(raw []byte) (*store.Object, error) {
@@ -346,20 +342,7 @@ func (in *Ingester) decode(raw []byte) (*store.Object, error) {
 			}
 		}
 	}
-	raw = bytes.Clone(raw)
-	if in.opts.Fields == nil {
-		return decodeObject(raw, nil, nil)
-	}
-	nd, _ := in.decoders.Get().(*numberDecoder)
-	if nd == nil {
-		nd = newNumberDecoder()
-	}
-	o, err := decodeObject(raw, in.opts.Fields, nd)
-	if err == nil {
-		// A failed decode may leave the json.Decoder in its error state.
-		in.decoders.Put(nd)
-	}
-	return o, err
+	return DecodeObject(bytes.Clone(raw), in.opts.Fields)
 }
 
 // withTypeMeta gives a LIST item the kind and apiVersion that watch events

@@ -2,6 +2,8 @@ package upstream
 
 import (
 	"context"
+	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,6 +112,39 @@ func TestRealAPIServer(t *testing.T) {
 					t.Errorf("%s (by LIST: %v): fetched RV %d is older than a write acknowledged before the fetch (%d)", res, byList, rv, written)
 				}
 			}
+		}
+	})
+
+	// The apiserver gzips a watch-list for a client that accepts it (Go's
+	// transport does by default: the control); the tier's watches ask it
+	// not to.
+	t.Run("watches are not compressed", func(t *testing.T) {
+		u := cfg.Host + configMaps.Path()
+		q := url.Values{"watch": {"1"}, "sendInitialEvents": {"true"}, "allowWatchBookmarks": {"true"},
+			"resourceVersionMatch": {"NotOlderThan"}, "timeoutSeconds": {"1"}}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"?"+q.Encode(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		control, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		control.Body.Close()
+		if !control.Uncompressed {
+			t.Fatalf("control: a watch-list with Go's default Accept-Encoding came back uncompressed (%v); the test proves nothing", control.Header)
+		}
+		resp, err := get(ctx, client, u, configMaps, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.Uncompressed || resp.Header.Get("Content-Encoding") != "" {
+			t.Errorf("the tier's watch-list came back compressed: uncompressed by the transport %v, Content-Encoding %q", resp.Uncompressed, resp.Header.Get("Content-Encoding"))
+		}
+		s := newEventStream(resp.Body)
+		if ev, err := s.next(); err != nil || ev.Type != "BOOKMARK" && ev.Type != "ADDED" {
+			t.Errorf("first event of the uncompressed watch-list: %+v, %v", ev.Type, err)
 		}
 	})
 

@@ -82,6 +82,16 @@ func get(ctx context.Context, c *http.Client, u string, res Resource, q url.Valu
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
+	if q.Get("watch") == "1" {
+		// Watch streams uncompressed. kube-apiserver gzips a watch-list's
+		// response when the client accepts it, and Go's transport accepts
+		// it unless told otherwise; the ingestion watch-list then lives on
+		// with every event compressed on its own (a gzip member per flush:
+		// header, Huffman tables, trailer) by the apiserver and inflated
+		// here — CPU on both sides per update, to save bytes on the
+		// in-cluster link (docs/benchmarks.md, node-scoped watches).
+		req.Header.Set("Accept-Encoding", "identity")
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return nil, err
