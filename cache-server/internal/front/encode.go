@@ -578,10 +578,16 @@ const partialMetadataPrefix = `{"kind":"PartialObjectMetadata","apiVersion":"met
 // writePartialMetadata writes partialMetadata(o) to w; nothing when o's
 // stored bytes do not decode.
 func writePartialMetadata(w io.Writer, o *store.Object) error {
+	return writePartialMetadataBytes(w, o.Raw)
+}
+
+// writePartialMetadataBytes is writePartialMetadata for an object's
+// stored bytes.
+func writePartialMetadataBytes(w io.Writer, raw []byte) error {
 	var m struct {
 		Metadata json.RawMessage `json:"metadata"`
 	}
-	if err := json.Unmarshal(o.Raw, &m); err != nil {
+	if err := json.Unmarshal(raw, &m); err != nil {
 		return err
 	}
 	_, _ = io.WriteString(w, partialMetadataPrefix)
