@@ -139,7 +139,7 @@ func TestFleetListFormsMatchCollected(t *testing.T) {
 	res.printer = tables.NewBuiltins().For(res.GVR, "ConfigMap")
 	fleet, lists := fleetServer(t, bt, nil)
 	for _, f := range listForms {
-		for _, query := range []string{"", "limit=500", "limit=7", "fieldSelector=metadata.name%3Dcm-000003", "limit=40&fieldSelector=metadata.name!%3Dcm-000003", "resourceVersion=0&limit=3"} {
+		for _, query := range []string{"", "limit=500", "limit=7", "fieldSelector=metadata.name%3Dcm-000003", "limit=40&fieldSelector=metadata.name!%3Dcm-000003", "labelSelector=none%3Dx", "labelSelector=none%3Dx&limit=3", "resourceVersion=0&limit=3"} {
 			for _, ae := range []string{"", "gzip"} {
 				q, _ := url.ParseQuery(query)
 				lists.Store(0)

@@ -103,23 +103,34 @@ func (f *jsonForm) item(w itemWriter, raw []byte) error {
 func (f *jsonForm) flush(itemWriter) error { return nil }
 func (f *jsonForm) tail() []byte           { return []byte(jsonListTail) }
 
-// metadataForm is the JSON PartialObjectMetadataList (writeMetadataList).
+// metadataForm is the JSON PartialObjectMetadataList: each item is
+// partialMetadata's, cut from its stored bytes. The apiserver builds the
+// list by appending to a nil slice, so an empty one is "items":null, not
+// []: the head ends before the bracket, which the first item opens.
 type metadataForm struct{ n int }
 
 func (f *metadataForm) enc() encoding { return encPartialMetadata }
 func (f *metadataForm) head(meta metav1.ListMeta) ([]byte, error) {
-	return jsonListHead("PartialObjectMetadataList", "meta.k8s.io/v1", meta)
+	h, err := jsonListHead("PartialObjectMetadataList", "meta.k8s.io/v1", meta)
+	return bytes.TrimSuffix(h, []byte("[")), err
 }
 
 func (f *metadataForm) item(w itemWriter, raw []byte) error {
-	if f.n > 0 {
-		_ = w.WriteByte(',')
+	sep := byte(',')
+	if f.n == 0 {
+		sep = '['
 	}
+	_ = w.WriteByte(sep)
 	f.n++
 	return writePartialMetadataBytes(w, raw)
 }
 func (f *metadataForm) flush(itemWriter) error { return nil }
-func (f *metadataForm) tail() []byte           { return []byte(jsonListTail) }
+func (f *metadataForm) tail() []byte {
+	if f.n == 0 {
+		return []byte("null}\n")
+	}
+	return []byte(jsonListTail)
+}
 
 // tableForm is the Table (writeTable): rows printed a batch of
 // tables.ListBatch items at a time, in the same batches as writeTable's,
