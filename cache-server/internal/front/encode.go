@@ -521,27 +521,25 @@ func (d *droppingWriter) WriteByte(c byte) error {
 	return nil
 }
 
-// writeMetadataList writes a JSON PartialObjectMetadataList: each item is
-// partialMetadata's, written as it is cut from the stored bytes. The body
-// is held back until it passes the gzip threshold (deferredBody), which
-// also keeps the Status of an object that does not decode early on.
+// writeMetadataList writes a JSON PartialObjectMetadataList (metadataForm)
+// of stored objects. The body is held back until it passes the gzip
+// threshold (deferredBody), which also keeps the Status of an object that
+// does not decode early on.
 func writeMetadataList(w http.ResponseWriter, r *http.Request, res *resource, meta metav1.ListMeta, items []*store.Object) (sent bool, err error) {
-	head, err := jsonListHead("PartialObjectMetadataList", "meta.k8s.io/v1", meta)
+	form := &metadataForm{}
+	head, err := form.head(meta)
 	if err != nil {
 		return false, err
 	}
 	body := res.bodies.deferred(w, acceptsGzip(r), encPartialMetadata)
 	_, _ = body.Write(head)
-	for i, o := range items {
-		if i > 0 {
-			_ = body.WriteByte(',')
-		}
-		if err := writePartialMetadata(body, o); err != nil {
+	for _, o := range items {
+		if err := form.item(body, o.Raw); err != nil {
 			body.discard()
 			return body.sent(), err
 		}
 	}
-	_, _ = body.Write([]byte(jsonListTail))
+	_, _ = body.Write(form.tail())
 	// A write error is a client gone: nothing to tell it.
 	_ = body.finish()
 	return true, nil
@@ -578,10 +576,16 @@ const partialMetadataPrefix = `{"kind":"PartialObjectMetadata","apiVersion":"met
 // writePartialMetadata writes partialMetadata(o) to w; nothing when o's
 // stored bytes do not decode.
 func writePartialMetadata(w io.Writer, o *store.Object) error {
+	return writePartialMetadataBytes(w, o.Raw)
+}
+
+// writePartialMetadataBytes is writePartialMetadata for an object's
+// stored bytes.
+func writePartialMetadataBytes(w io.Writer, raw []byte) error {
 	var m struct {
 		Metadata json.RawMessage `json:"metadata"`
 	}
-	if err := json.Unmarshal(o.Raw, &m); err != nil {
+	if err := json.Unmarshal(raw, &m); err != nil {
 		return err
 	}
 	_, _ = io.WriteString(w, partialMetadataPrefix)

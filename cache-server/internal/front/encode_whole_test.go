@@ -55,6 +55,12 @@ func encodeList(res *resource, enc encoding, meta metav1.ListMeta, items []*stor
 		writeJSONList(buf, res, head, items)
 		return buf.Bytes(), nil
 	}
+	if len(items) == 0 {
+		// The apiserver's empty PartialObjectMetadataList: its Items are
+		// appended to a nil slice (asPartialObjectMetadataList), "null".
+		return marshalLine(&metav1.PartialObjectMetadataList{
+			TypeMeta: metav1.TypeMeta{Kind: kind, APIVersion: apiVersion}, ListMeta: meta})
+	}
 	buf := bytes.NewBuffer(make([]byte, 0, len(head)+len(jsonListTail)+len(items)*256))
 	buf.Write(head)
 	for i, o := range items {

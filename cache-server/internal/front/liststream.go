@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"net/http"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/cachetier/cachetier/cache-server/internal/store"
+	"github.com/cachetier/cachetier/cache-server/internal/tables"
 )
 
 // ItemStreamer is a Source that can hand a list's items to the encoder as
@@ -32,69 +35,231 @@ type listRead struct {
 // of it was sent: ServeHTTP aborts the response (see streamList).
 const codeAborted = -1
 
-// streamList serves a JSON LIST from src.
+// streamForm writes one form of a LIST body from its items as they
+// arrive, in exactly the bytes writeList writes for the collected items.
+// Its errors are the conversions' (an object that does not decode or
+// print), answered as writeList answers them.
+type streamForm interface {
+	enc() encoding
+	// head is the body up to the first item.
+	head(meta metav1.ListMeta) ([]byte, error)
+	// item writes one item (after a separator unless it is the first) or
+	// holds a copy of it for a batch; raw is valid only during the call.
+	item(w itemWriter, raw []byte) error
+	// flush writes what item holds.
+	flush(w itemWriter) error
+	// tail ends the body.
+	tail() []byte
+}
+
+// streamFormFor is the streamForm of a LIST in enc, or nil for the forms
+// a fleet front collects (see serveList): protobuf, and the Tables whose
+// rows must be printed together (tables.NewList's false) or whose options
+// are bad (the collected path answers those after the read, as the
+// apiserver does).
+func streamFormFor(r *http.Request, res *resource, enc encoding) streamForm {
+	switch enc {
+	case encJSON:
+		return &jsonForm{res: res, prefix: itemPrefix(res)}
+	case encPartialMetadata:
+		return &metadataForm{}
+	case encTable:
+		opts, err := tableOptions(r)
+		if err != nil {
+			return nil
+		}
+		// Rows do not depend on the list metadata: the List is started
+		// without it and the head is asked for once it is known
+		// (HeadFor), after a page's rows.
+		l, ok, err := tables.NewList(res.printer, metav1.ListMeta{}, opts)
+		if err != nil || !ok {
+			return nil
+		}
+		return &tableForm{res: res, l: l}
+	}
+	return nil
+}
+
+// jsonForm is the JSON list: the items' stored bytes (writeJSONList).
+type jsonForm struct {
+	res    *resource
+	prefix []byte
+	n      int
+}
+
+func (f *jsonForm) enc() encoding { return encJSON }
+func (f *jsonForm) head(meta metav1.ListMeta) ([]byte, error) {
+	return jsonListHead(f.res.APIResource.Kind+"List", f.res.GVR.GroupVersion().String(), meta)
+}
+
+func (f *jsonForm) item(w itemWriter, raw []byte) error {
+	if f.n > 0 {
+		_ = w.WriteByte(',')
+	}
+	f.n++
+	writeItemBytes(w, f.res.Entry.Custom, f.prefix, raw)
+	return nil
+}
+func (f *jsonForm) flush(itemWriter) error { return nil }
+func (f *jsonForm) tail() []byte           { return []byte(jsonListTail) }
+
+// metadataForm is the JSON PartialObjectMetadataList: each item is
+// partialMetadata's, cut from its stored bytes. The apiserver builds the
+// list by appending to a nil slice, so an empty one is "items":null, not
+// []: the head ends before the bracket, which the first item opens.
+type metadataForm struct{ n int }
+
+func (f *metadataForm) enc() encoding { return encPartialMetadata }
+func (f *metadataForm) head(meta metav1.ListMeta) ([]byte, error) {
+	h, err := jsonListHead("PartialObjectMetadataList", "meta.k8s.io/v1", meta)
+	return bytes.TrimSuffix(h, []byte("[")), err
+}
+
+func (f *metadataForm) item(w itemWriter, raw []byte) error {
+	sep := byte(',')
+	if f.n == 0 {
+		sep = '['
+	}
+	_ = w.WriteByte(sep)
+	f.n++
+	return writePartialMetadataBytes(w, raw)
+}
+func (f *metadataForm) flush(itemWriter) error { return nil }
+func (f *metadataForm) tail() []byte {
+	if f.n == 0 {
+		return []byte("null}\n")
+	}
+	return []byte(jsonListTail)
+}
+
+// tableForm is the Table (writeTable): rows printed a batch of
+// tables.ListBatch items at a time, in the same batches as writeTable's,
+// so a row that cannot be printed fails at the same point of the body.
+// The batch's items are copied (an item's bytes live only during its
+// call): the form holds one batch of objects, not the list.
+type tableForm struct {
+	res   *resource
+	l     *tables.List
+	arena []byte   // the batch's items' bytes
+	raws  [][]byte // the batch: slices of arena
+	ends  []int
+}
+
+func (f *tableForm) enc() encoding { return encTable }
+func (f *tableForm) head(meta metav1.ListMeta) ([]byte, error) {
+	h, err := f.l.HeadFor(meta)
+	return h, f.res.tableError(err)
+}
+
+func (f *tableForm) item(w itemWriter, raw []byte) error {
+	f.arena = append(f.arena, raw...)
+	f.ends = append(f.ends, len(f.arena))
+	if len(f.ends) < tables.ListBatch {
+		return nil
+	}
+	return f.flush(w)
+}
+
+func (f *tableForm) flush(w itemWriter) error {
+	if len(f.ends) == 0 {
+		return nil
+	}
+	// Sliced once the batch is complete: arena may have moved as it grew.
+	f.raws = f.raws[:0]
+	start := 0
+	for _, end := range f.ends {
+		f.raws = append(f.raws, f.arena[start:end:end])
+		start = end
+	}
+	f.arena, f.ends = f.arena[:0], f.ends[:0]
+	if err := f.l.WriteRows(w, f.raws); err != nil {
+		return f.res.tableError(err)
+	}
+	return nil
+}
+
+func (f *tableForm) tail() []byte { return append(f.l.Tail(), '\n') }
+
+// streamList serves a LIST in form from src: JSON, JSON
+// PartialObjectMetadataList and Table (streamFormFor).
 //
-// A list without limit is written item by item as it arrives. Its body is
-// held back until it passes the gzip threshold (deferredBody), so a list
-// that fails early — a shard unreachable, an expired RV — still gets its
-// Status. A failure after part of the body was sent cannot: the response
-// is aborted (codeAborted: the connection or HTTP/2 stream is reset), so
-// the client sees a broken response, never a well-formed list missing
-// items. kube-apiserver's streaming list encoders end the same way when
-// they fail half-way.
+// A list without limit is written item by item as it arrives (a Table a
+// batch of rows at a time). Its body is held back until it passes the
+// gzip threshold (deferredBody), so a list that fails early — a shard
+// unreachable, an expired RV, an object that does not print — still gets
+// its Status. A failure after part of the body was sent cannot: the
+// response is aborted (codeAborted: the connection or HTTP/2 stream is
+// reset), so the client sees a broken response, never a well-formed list
+// missing items. kube-apiserver's streaming list encoders end the same
+// way when they fail half-way.
 //
 // A page (limit) needs its continue token before its items, and the token
-// is known only once the page is read: its items are collected as they
-// will be written, in a pooled buffer, and written after the head.
-func (s *Server) streamList(w http.ResponseWriter, r *http.Request, res *resource, src ItemStreamer, req store.ListRequest, lr listRead) int {
-	prefix := itemPrefix(res)
+// is known only once the page is read: its items are encoded as they
+// arrive into a pooled buffer (the page's body, not its objects), and
+// written after the head.
+func (s *Server) streamList(w http.ResponseWriter, r *http.Request, res *resource, src ItemStreamer, req store.ListRequest, form streamForm, lr listRead) int {
+	// formErr is a conversion's error (not the source's): answered in the
+	// form's encoding as writeList answers it, where the source's errors
+	// are the read's (listError, in the error encoding).
+	var formErr error
+	failed := func(err error) int {
+		if formErr != nil {
+			return writeErrorAs(w, form.enc(), formErr)
+		}
+		return writeErrorAs(w, lr.errEnc, listError(err, lr.continueKey))
+	}
 	if req.Limit > 0 {
 		page := res.bodies.pages.Get().(*bytes.Buffer)
 		defer res.bodies.putPage(page)
-		items := 0
 		result, err := src.StreamItems(req, nil, func(raw []byte) error {
-			if items > 0 {
-				_ = page.WriteByte(',')
-			}
-			items++
-			writeItemBytes(page, res.Entry.Custom, prefix, raw)
-			return nil
+			formErr = form.item(page, raw)
+			return formErr
 		})
-		if err != nil {
-			return writeErrorAs(w, lr.errEnc, listError(err, lr.continueKey))
+		if err == nil {
+			formErr = form.flush(page)
+			err = formErr
 		}
-		head, err := jsonListHead(res.APIResource.Kind+"List", res.GVR.GroupVersion().String(), listMeta(result, lr.ns))
 		if err != nil {
-			return writeErrorAs(w, lr.errEnc, err)
+			return failed(err)
 		}
-		gz := acceptsGzip(r) && len(head)+page.Len()+len(jsonListTail) > gzipThreshold
-		dst, done := res.bodies.start(w, gz, encJSON)
+		head, err := form.head(listMeta(result, lr.ns))
+		if err != nil {
+			formErr = err
+			return failed(err)
+		}
+		tail := form.tail()
+		gz := acceptsGzip(r) && len(head)+page.Len()+len(tail) > gzipThreshold
+		dst, done := res.bodies.start(w, gz, form.enc())
 		_, _ = dst.Write(head)
 		_, _ = dst.Write(page.Bytes())
-		_, _ = dst.Write([]byte(jsonListTail))
+		_, _ = dst.Write(tail)
 		done()
 		return http.StatusOK
 	}
-	body := res.bodies.deferred(w, acceptsGzip(r), encJSON)
+	body := res.bodies.deferred(w, acceptsGzip(r), form.enc())
 	items := 0
 	_, err := src.StreamItems(req, func(rv uint64) error {
 		// Without a limit there is no continue token: the head is known.
-		head, err := jsonListHead(res.APIResource.Kind+"List", res.GVR.GroupVersion().String(), listMeta(store.ListResult{RV: rv}, lr.ns))
+		head, err := form.head(listMeta(store.ListResult{RV: rv}, lr.ns))
 		if err != nil {
+			formErr = err
 			return err
 		}
 		_, err = body.Write(head)
 		return err
 	}, func(raw []byte) error {
-		if items > 0 {
-			_ = body.WriteByte(',')
-		}
 		items++
-		writeItemBytes(body, res.Entry.Custom, prefix, raw)
+		if formErr = form.item(body, raw); formErr != nil {
+			return formErr
+		}
 		return body.err
 	})
 	if err == nil {
-		_, _ = body.Write([]byte(jsonListTail))
+		formErr = form.flush(body)
+		err = formErr
+	}
+	if err == nil {
+		_, _ = body.Write(form.tail())
 		// A write error here is a client that went away: nothing to tell
 		// it (the apiserver drops these too).
 		_ = body.finish()
@@ -102,9 +267,9 @@ func (s *Server) streamList(w http.ResponseWriter, r *http.Request, res *resourc
 	}
 	body.discard()
 	if !body.sent() {
-		return writeErrorAs(w, lr.errEnc, listError(err, lr.continueKey))
+		return failed(err)
 	}
 	s.opts.Log.Info("aborting a streamed LIST that failed after part of it was sent",
-		"resource", res.label, "items", items, "err", err.Error())
+		"resource", res.label, "form", form.enc().String(), "items", items, "err", err.Error())
 	return codeAborted
 }

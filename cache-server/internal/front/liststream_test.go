@@ -20,6 +20,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/fields"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
+	"github.com/cachetier/cachetier/cache-server/internal/tables"
 )
 
 // localStreamer is a LocalSource that is also an ItemStreamer: the
@@ -58,6 +59,13 @@ func (l localStreamer) StreamItems(req store.ListRequest, head func(rv uint64) e
 // streamingServer is a Server over t's ingester whose source streams.
 func streamingServer(t *testing.T, bt *benchTier, fail func(int) error) *Server {
 	t.Helper()
+	return serverOver(t, bt, localStreamer{LocalSource: LocalSource{Ingester: bt.ing}, fail: fail})
+}
+
+// serverOver is a Server of bt's ConfigMaps read from src, with the
+// apiserver's ConfigMap printer.
+func serverOver(t *testing.T, bt *benchTier, src Source) *Server {
+	t.Helper()
 	res := bt.ing.Resource()
 	fr, err := fields.New(fields.Spec{GVR: res.GVR, Kind: res.Kind, Namespaced: res.Namespaced})
 	if err != nil {
@@ -70,7 +78,8 @@ func streamingServer(t *testing.T, bt *benchTier, fail func(int) error) *Server 
 				APIResource: metav1.APIResource{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: []string{"get", "list", "watch"}},
 				Fields:      fr,
 			},
-			Source: localStreamer{LocalSource: LocalSource{Ingester: bt.ing}, fail: fail},
+			Source:  src,
+			Printer: tables.NewBuiltins().For(res.GVR, "ConfigMap"),
 		}},
 		Metrics: metrics.New(prometheus.NewRegistry()), Log: logr.Discard(),
 	})

@@ -84,17 +84,23 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource
 	if req.Index.Field != "" {
 		s.opts.Metrics.IndexedLists.WithLabelValues(res.label, req.Index.Field).Inc()
 	}
-	if st, ok := res.Source.(ItemStreamer); ok && enc == encJSON {
-		return s.streamList(w, r, res, st, req, listRead{ns: ns, continueKey: p.ContinueKey, errEnc: errEnc})
+	if st, ok := res.Source.(ItemStreamer); ok {
+		if form := streamFormFor(r, res, enc); form != nil {
+			return s.streamList(w, r, res, st, req, form, listRead{ns: ns, continueKey: p.ContinueKey, errEnc: errEnc})
+		}
 	}
-	// The other forms of a fleet front's LIST are still collected
+	// A fleet front collects what it cannot stream from the shards
 	// (Source.List copies every item; writeList then streams the body
-	// from the copies), so such a request holds its items once.
-	// Protobuf cannot be streamed from the shards: the envelope's length
-	// prefix needs every message before the first byte, and the items
-	// arrive once (a second read at the same RV would read the shards
-	// twice). The JSON metadata and Table forms could go through
-	// StreamItems as JSON does; not done yet (issue 21).
+	// from the copies), so such a request holds its items once:
+	//   - protobuf (typed and PartialObjectMetadataList): the envelope's
+	//     length prefix needs every message before the first byte, and
+	//     the items arrive once (a second read at the same RV would read
+	//     the shards twice);
+	//   - the Tables whose rows depend on each other (FlowSchemas,
+	//     StorageClasses: tables.NewList's false) — a cluster's
+	//     configuration, a few dozen objects;
+	//   - a Table with bad options, answered after the read as the
+	//     apiserver answers it.
 	result, err := res.Source.List(req)
 	if err != nil {
 		return writeErrorAs(w, errEnc, listError(err, p.ContinueKey))

@@ -48,7 +48,8 @@ var acrossItems = map[schema.GroupResource]bool{
 // batches of its items in order, then Tail. It uses one set of columns
 // throughout (a custom resource's printer is taken once).
 type List struct {
-	rows    func(items [][]byte) (*metav1.Table, error)
+	table   func(items [][]byte, meta metav1.ListMeta) (*metav1.Table, error)
+	meta    metav1.ListMeta
 	head    []byte
 	written int
 }
@@ -61,49 +62,69 @@ const tail = "]}"
 // built whole (Printer.Table). An error is the error of the Table of no
 // items.
 func NewList(p Printer, meta metav1.ListMeta, opts Options) (*List, bool, error) {
-	var rows func(items [][]byte) (*metav1.Table, error)
+	var table func(items [][]byte, meta metav1.ListMeta) (*metav1.Table, error)
 	switch p := p.(type) {
 	case *builtin:
 		if acrossItems[p.gr] {
 			return nil, false, nil
 		}
-		rows = func(items [][]byte) (*metav1.Table, error) { return p.Table(items, true, meta, opts) }
+		table = func(items [][]byte, meta metav1.ListMeta) (*metav1.Table, error) {
+			return p.Table(items, true, meta, opts)
+		}
 	case *generic:
-		rows = func(items [][]byte) (*metav1.Table, error) { return p.Table(items, true, meta, opts) }
+		table = func(items [][]byte, meta metav1.ListMeta) (*metav1.Table, error) {
+			return p.Table(items, true, meta, opts)
+		}
 	case *Custom:
+		// Taken once: the head and every row use the same columns even
+		// if the CRD's printer columns change during the LIST.
 		c := *p.c.Load()
-		rows = func(items [][]byte) (*metav1.Table, error) {
+		table = func(items [][]byte, meta metav1.ListMeta) (*metav1.Table, error) {
 			return unstructuredTable(p.gr, c, items, true, meta, opts)
 		}
 	default:
 		return nil, false, nil
 	}
-	// The head is the Table of no items up to its rows: the columns and
-	// metadata do not depend on the rows.
-	t, err := rows(nil)
+	l := &List{table: table, meta: meta}
+	head, err := l.HeadFor(meta)
 	if err != nil {
 		return nil, true, err
 	}
-	t.Rows = []metav1.TableRow{}
-	b, err := json.Marshal(t)
-	if err != nil {
-		return nil, true, err
-	}
-	if !bytes.HasSuffix(b, []byte(`"rows":[]}`)) {
-		return nil, true, fmt.Errorf("tables: unexpected Table encoding %q", b[max(len(b)-32, 0):])
-	}
-	return &List{rows: rows, head: b[:len(b)-len(tail)]}, true, nil
+	l.head = head
+	return l, true, nil
 }
 
 // Head is the Table up to its first row.
 func (l *List) Head() []byte { return l.head }
+
+// HeadFor is the head of the same Table (its columns) with other list
+// metadata: a page whose continue token and remaining count are known
+// only after its rows were written (a fleet front's paged LIST) writes
+// its rows first and asks for its head after. The head is the Table of
+// no items up to its rows: the columns and metadata do not depend on the
+// rows, nor the rows on the metadata.
+func (l *List) HeadFor(meta metav1.ListMeta) ([]byte, error) {
+	t, err := l.table(nil, meta)
+	if err != nil {
+		return nil, err
+	}
+	t.Rows = []metav1.TableRow{}
+	b, err := json.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.HasSuffix(b, []byte(`"rows":[]}`)) {
+		return nil, fmt.Errorf("tables: unexpected Table encoding %q", b[max(len(b)-32, 0):])
+	}
+	return b[:len(b)-len(tail)], nil
+}
 
 // WriteRows writes the rows of items (at most ListBatch at a time keeps
 // the memory bound), each after a comma unless it is the Table's first.
 // Write errors are w's to keep (a response writer drops them); an error
 // returned is a conversion's, possibly after some rows were written.
 func (l *List) WriteRows(w io.Writer, items [][]byte) error {
-	t, err := l.rows(items)
+	t, err := l.table(items, l.meta)
 	if err != nil {
 		return err
 	}

@@ -101,6 +101,21 @@ func TestListMatchesTable(t *testing.T) {
 									t.Fatalf("%s %s include=%q noHeaders=%v meta %d, %d items in batches %v:\n got %s\nwant %s",
 										c.name, gv, include, noHeaders, mi, len(items), sizes, got, want)
 								}
+								// A page's rows written before its metadata is
+								// known: the head comes after, from HeadFor.
+								l, _, err = NewList(c.p, metav1.ListMeta{}, opts)
+								if err != nil {
+									t.Fatal(err)
+								}
+								rows := writeList(t, l, items, sizes)[len(l.Head()):]
+								head, err := l.HeadFor(meta)
+								if err != nil {
+									t.Fatal(err)
+								}
+								if got := append(head, rows...); !bytes.Equal(got, want) {
+									t.Fatalf("%s %s include=%q noHeaders=%v meta %d, %d items in batches %v, head after the rows:\n got %s\nwant %s",
+										c.name, gv, include, noHeaders, mi, len(items), sizes, got, want)
+								}
 							}
 						}
 					}
