@@ -247,7 +247,7 @@ func (r *CacheProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, r.writeStatus(ctx, &p, Observed{InvalidSpec: msg}, now)
 	}
 
-	certs, plan, err := r.certificates(ctx, &p, now)
+	certs, plan, tlsSecrets, err := r.certificates(ctx, &p, now)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("certificates: %w", err)
 	}
@@ -262,7 +262,16 @@ func (r *CacheProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request
 
 	var applyErrs []string
 	for _, obj := range desired.Objects() {
-		changed, err := r.apply(ctx, obj)
+		var changed bool
+		var err error
+		switch obj {
+		case desired.CASecret:
+			changed, err = r.applyAgainst(ctx, obj, tlsSecrets.ca)
+		case desired.ServingSecret:
+			changed, err = r.applyAgainst(ctx, obj, tlsSecrets.serving)
+		default:
+			changed, err = r.apply(ctx, obj)
+		}
 		if err != nil {
 			logger.Error(err, "apply", "kind", obj.GetObjectKind().GroupVersionKind().Kind, "name", obj.GetName())
 			applyErrs = append(applyErrs, fmt.Sprintf("%s %s: %v", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err))
@@ -354,16 +363,38 @@ func (r *CacheProfileReconciler) event(p *cachev1alpha1.CacheProfile, kind, reas
 	}
 }
 
-// certificates reads the current TLS material and renews what is due.
-func (r *CacheProfileReconciler) certificates(ctx context.Context, p *cachev1alpha1.CacheProfile, now time.Time) (Certificates, CertPlan, error) {
-	var ca, serving corev1.Secret
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Options.Namespace, Name: caSecretName(p)}, &ca); client.IgnoreNotFound(err) != nil {
-		return Certificates{}, CertPlan{}, err
+// observedSecrets are the TLS Secrets as certificates read them (nil: not
+// found).
+type observedSecrets struct{ ca, serving *unstructured.Unstructured }
+
+// certificates reads the current TLS material and renews what is due. It
+// returns the Secrets it read, for the apply of the desired ones to compare
+// with: the cache can process a deletion between two reads of one
+// reconcile, and an apply that found the Secret gone after certificates
+// had found it would recreate it with the old certificate — a person who
+// deleted the serving Secret to rotate it got the same one back (CI, under
+// load). Against one snapshot, a deletion the first read missed is the
+// next reconcile's (the Secret's delete event triggers it), which issues a
+// new certificate.
+func (r *CacheProfileReconciler) certificates(ctx context.Context, p *cachev1alpha1.CacheProfile, now time.Time) (Certificates, CertPlan, observedSecrets, error) {
+	var data [2]map[string][]byte
+	var seen [2]*unstructured.Unstructured
+	for i, name := range []string{caSecretName(p), servingSecretName(p)} {
+		u, err := r.observedFor(ctx, corev1.SchemeGroupVersion.WithKind("Secret"), types.NamespacedName{Namespace: r.Options.Namespace, Name: name})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return Certificates{}, CertPlan{}, observedSecrets{}, err
+		}
+		var sec corev1.Secret
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &sec); err != nil {
+			return Certificates{}, CertPlan{}, observedSecrets{}, err
+		}
+		data[i], seen[i] = sec.Data, u
 	}
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Options.Namespace, Name: servingSecretName(p)}, &serving); client.IgnoreNotFound(err) != nil {
-		return Certificates{}, CertPlan{}, err
-	}
-	return EnsureCertificates(r.Rand, now, certificatesFromSecrets(ca.Data, serving.Data), ServingDNSNames(p, r.Options))
+	certs, plan, err := EnsureCertificates(r.Rand, now, certificatesFromSecrets(data[0], data[1]), ServingDNSNames(p, r.Options))
+	return certs, plan, observedSecrets{ca: seen[0], serving: seen[1]}, err
 }
 
 // observedFor reads the current state of a child: typed kinds come from the
@@ -407,6 +438,20 @@ func (r *CacheProfileReconciler) apply(ctx context.Context, obj client.Object) (
 	if err != nil {
 		return false, err
 	}
+	return r.applyDesired(ctx, desired, observed)
+}
+
+// applyAgainst is apply with the observed object already read (nil: it
+// does not exist).
+func (r *CacheProfileReconciler) applyAgainst(ctx context.Context, obj client.Object, observed *unstructured.Unstructured) (bool, error) {
+	desired, err := toApplyObject(r.Scheme, obj)
+	if err != nil {
+		return false, err
+	}
+	return r.applyDesired(ctx, desired, observed)
+}
+
+func (r *CacheProfileReconciler) applyDesired(ctx context.Context, desired, observed *unstructured.Unstructured) (bool, error) {
 	need, why := NeedsApply(desired, observed)
 	if !need {
 		return false, nil
