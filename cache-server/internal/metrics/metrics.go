@@ -193,6 +193,15 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_auth_last_known_answers_total",
 		Help: "Reviews (tokenreview, subjectaccessreview) the apiserver could not answer, by result: reused (the last answer for the same token or request attributes, at most 5m old, was used instead) or none (there was none: the request failed).",
 	}, []string{"review", "result"})
+	// Zeros from the start, as Impersonation below: the apiserver is
+	// reachable nearly always, and the dashboard's panel would otherwise
+	// show no data (e2e/observability requires every panel query to
+	// return series).
+	for _, review := range []string{"tokenreview", "subjectaccessreview"} {
+		for _, result := range []string{"reused", "none"} {
+			m.AuthLastKnown.WithLabelValues(review, result)
+		}
+	}
 	m.Impersonation = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_impersonation_requests_total",
 		Help: "Requests to the tier's endpoint with Impersonate-* headers, by result: allowed (answered as the impersonated user), forbidden (the caller may not impersonate them), invalid (headers the apiserver rejects), error.",
