@@ -287,7 +287,7 @@ func writeJSONList(w itemWriter, res *resource, head []byte, items []*store.Obje
 }
 
 // errTableEncoding: Tables need the request's options and are built by
-// package tables (writeTable, resource.encodeTable), not here.
+// package tables (tableForm, writeTableWhole, resource.encodeTable), not here.
 var errTableEncoding = errors.New("front: Table bodies are built by encodeTable")
 
 // encodeObject is one object in enc: the body of a GET, and the "object"
@@ -373,7 +373,7 @@ func writeErrorAs(w http.ResponseWriter, enc encoding, err error) int {
 
 func writeObject(w http.ResponseWriter, r *http.Request, res *resource, enc encoding, o *store.Object) int {
 	if enc == encTable {
-		return writeTableObject(w, r, res, o)
+		return writeTableWhole(w, r, res, []*store.Object{o}, false, metav1.ListMeta{})
 	}
 	body, err := encodeObject(res, enc, o)
 	if err != nil {
@@ -400,7 +400,8 @@ func writeObject(w http.ResponseWriter, r *http.Request, res *resource, enc enco
 //     per-object messages, see writeProtobufList.
 //   - JSON PartialObjectMetadataList: each object's metadata cut from its
 //     stored bytes as it is written.
-//   - Table: package tables prints a batch of rows at a time (writeTable).
+//   - Table: package tables prints a batch of rows at a time (tableForm;
+//     the printers whose rows depend on each other: writeTableWhole).
 //
 // A form that fails half-way (an object that does not decode or print)
 // answers its Status while nothing was sent; once part of the body was,
@@ -427,14 +428,12 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, res *resource
 		writeJSONList(dst, res, head, items)
 		done()
 		return http.StatusOK
-	case encTable:
-		opts, oerr := tableOptions(r)
-		if oerr != nil {
-			return writeError(w, oerr)
+	case encTable, encPartialMetadata:
+		form := streamFormFor(r, res, enc)
+		if form == nil {
+			return writeTableWhole(w, r, res, items, true, meta)
 		}
-		sent, err = writeTable(w, r, res, opts, items, meta)
-	case encPartialMetadata:
-		sent, err = writeMetadataList(w, r, res, meta, items)
+		sent, err = writeFormList(w, r, res, form, meta, items)
 	default:
 		sent, err = writeProtobufList(w, r, res, enc, meta, items)
 	}
@@ -521,23 +520,28 @@ func (d *droppingWriter) WriteByte(c byte) error {
 	return nil
 }
 
-// writeMetadataList writes a JSON PartialObjectMetadataList (metadataForm)
-// of stored objects. The body is held back until it passes the gzip
-// threshold (deferredBody), which also keeps the Status of an object that
-// does not decode early on.
-func writeMetadataList(w http.ResponseWriter, r *http.Request, res *resource, meta metav1.ListMeta, items []*store.Object) (sent bool, err error) {
-	form := &metadataForm{}
+// writeFormList writes collected items in form (streamFormFor), the same
+// bytes streamList writes for them as they arrive. The body is held back
+// until it passes the gzip threshold (deferredBody), which also keeps the
+// Status of an object that does not decode or print early on.
+func writeFormList(w http.ResponseWriter, r *http.Request, res *resource, form streamForm, meta metav1.ListMeta, items []*store.Object) (sent bool, err error) {
 	head, err := form.head(meta)
 	if err != nil {
 		return false, err
 	}
-	body := res.bodies.deferred(w, acceptsGzip(r), encPartialMetadata)
+	body := res.bodies.deferred(w, acceptsGzip(r), form.enc())
 	_, _ = body.Write(head)
 	for _, o := range items {
-		if err := form.item(body, o.Raw); err != nil {
-			body.discard()
-			return body.sent(), err
+		if err = form.item(body, o.Raw); err != nil {
+			break
 		}
+	}
+	if err == nil {
+		err = form.flush(body)
+	}
+	if err != nil {
+		body.discard()
+		return body.sent(), err
 	}
 	_, _ = body.Write(form.tail())
 	// A write error is a client gone: nothing to tell it.
@@ -564,7 +568,7 @@ func marshalLine(v any) ([]byte, error) {
 // bytes as stored, wrapped in the meta.k8s.io TypeMeta.
 func partialMetadata(o *store.Object) ([]byte, error) {
 	var out bytes.Buffer
-	if err := writePartialMetadata(&out, o); err != nil {
+	if err := writePartialMetadata(&out, o.Raw); err != nil {
 		return nil, err
 	}
 	return out.Bytes(), nil
@@ -573,15 +577,9 @@ func partialMetadata(o *store.Object) ([]byte, error) {
 // partialMetadataPrefix starts every PartialObjectMetadata.
 const partialMetadataPrefix = `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":`
 
-// writePartialMetadata writes partialMetadata(o) to w; nothing when o's
-// stored bytes do not decode.
-func writePartialMetadata(w io.Writer, o *store.Object) error {
-	return writePartialMetadataBytes(w, o.Raw)
-}
-
-// writePartialMetadataBytes is writePartialMetadata for an object's
-// stored bytes.
-func writePartialMetadataBytes(w io.Writer, raw []byte) error {
+// writePartialMetadata writes the PartialObjectMetadata of an object's
+// stored bytes to w; nothing when they do not decode.
+func writePartialMetadata(w io.Writer, raw []byte) error {
 	var m struct {
 		Metadata json.RawMessage `json:"metadata"`
 	}

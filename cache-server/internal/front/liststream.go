@@ -122,7 +122,7 @@ func (f *metadataForm) item(w itemWriter, raw []byte) error {
 	}
 	_ = w.WriteByte(sep)
 	f.n++
-	return writePartialMetadataBytes(w, raw)
+	return writePartialMetadata(w, raw)
 }
 func (f *metadataForm) flush(itemWriter) error { return nil }
 func (f *metadataForm) tail() []byte {
@@ -132,11 +132,10 @@ func (f *metadataForm) tail() []byte {
 	return []byte(jsonListTail)
 }
 
-// tableForm is the Table (writeTable): rows printed a batch of
-// tables.ListBatch items at a time, in the same batches as writeTable's,
-// so a row that cannot be printed fails at the same point of the body.
-// The batch's items are copied (an item's bytes live only during its
-// call): the form holds one batch of objects, not the list.
+// tableForm is the Table: rows printed a batch of tables.ListBatch items
+// at a time. The batch's items are copied (a streamed item's bytes live
+// only during its call): the form holds one batch of objects, not the
+// list.
 type tableForm struct {
 	res   *resource
 	l     *tables.List

@@ -52,60 +52,20 @@ func (res *resource) encodeTable(opts tables.Options, items []*store.Object, lis
 	return marshalLine(t)
 }
 
-// writeTableObject writes the Table of a GET (one object).
-func writeTableObject(w http.ResponseWriter, r *http.Request, res *resource, o *store.Object) int {
+// writeTableWhole writes a Table built whole: a GET's (one object), and
+// a LIST's that streamFormFor does not stream — bad options (their 400),
+// and the printers whose rows depend on each other (tables.NewList's
+// false), whose resources are a few dozen objects.
+func writeTableWhole(w http.ResponseWriter, r *http.Request, res *resource, items []*store.Object, list bool, meta metav1.ListMeta) int {
 	opts, err := tableOptions(r)
 	if err != nil {
 		return writeError(w, err)
 	}
-	body, err := res.encodeTable(opts, []*store.Object{o}, false, metav1.ListMeta{})
+	body, err := res.encodeTable(opts, items, list, meta)
 	if err != nil {
 		return writeError(w, err)
 	}
 	return res.bodies.write(w, acceptsGzip(r), encTable, body)
-}
-
-// writeTable writes the Table of a LIST a batch of rows at a time
-// (tables.List): the request holds one batch's decoded objects and rows,
-// not the whole Table. The body is held back until it passes the gzip
-// threshold (deferredBody), so an object that cannot be printed early on
-// still gets its Status; one found after part of the body was sent
-// returns sent, and the caller aborts the response. The printers whose
-// rows depend on each other (tables.NewList's false) get their Table built
-// whole, as before: their resources are a few dozen objects.
-func writeTable(w http.ResponseWriter, r *http.Request, res *resource, opts tables.Options, items []*store.Object, meta metav1.ListMeta) (sent bool, err error) {
-	l, ok, err := tables.NewList(res.printer, meta, opts)
-	if err != nil {
-		return false, res.tableError(err)
-	}
-	if !ok {
-		body, err := res.encodeTable(opts, items, true, meta)
-		if err != nil {
-			return false, err
-		}
-		res.bodies.write(w, acceptsGzip(r), encTable, body)
-		return true, nil
-	}
-	body := res.bodies.deferred(w, acceptsGzip(r), encTable)
-	_, _ = body.Write(l.Head())
-	raws := make([][]byte, 0, min(len(items), tables.ListBatch))
-	for len(items) > 0 {
-		batch := items[:min(len(items), tables.ListBatch)]
-		items = items[len(batch):]
-		raws = raws[:0]
-		for _, o := range batch {
-			raws = append(raws, o.Raw)
-		}
-		if err := l.WriteRows(body, raws); err != nil {
-			body.discard()
-			return body.sent(), res.tableError(err)
-		}
-	}
-	_, _ = body.Write(l.Tail())
-	_, _ = body.Write([]byte{'\n'})
-	// A write error is a client gone: nothing to tell it.
-	_ = body.finish()
-	return true, nil
 }
 
 // tableError records a Table that could not be built (a stored object the
