@@ -6,15 +6,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/runtime/schema"
-
 	"github.com/cachetier/cachetier/cache-server/internal/store"
-	"github.com/cachetier/cachetier/cache-server/internal/tables"
 )
 
 // copyingStreamer is a fleet front's Source as the front sees it, over a
@@ -135,8 +131,7 @@ func TestFleetListFormsMatchCollected(t *testing.T) {
 	}
 	bt := newBenchTierFields(t, benchObjects(n, 1024), true, false)
 	defer bt.stop()
-	res := bt.srv.resources[schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}]
-	res.printer = tables.NewBuiltins().For(res.GVR, "ConfigMap")
+	configMapsWithPrinter(bt) // the Tables need the printer
 	fleet, lists := fleetServer(t, bt, nil)
 	for _, f := range listForms {
 		for _, query := range []string{"", "limit=500", "limit=7", "fieldSelector=metadata.name%3Dcm-000003", "limit=40&fieldSelector=metadata.name!%3Dcm-000003", "labelSelector=none%3Dx", "labelSelector=none%3Dx&limit=3", "resourceVersion=0&limit=3"} {
@@ -275,32 +270,7 @@ func TestFleetListMemoryBound(t *testing.T) {
 		if !streamedOnFleet(f) {
 			continue
 		}
-		serve := func(w http.ResponseWriter) {
-			r := httptest.NewRequest(http.MethodGet, benchPath+f.query, nil)
-			r.Header.Set("Accept", f.accept)
-			fleet.ServeHTTP(w, r)
-		}
-		serve(httptest.NewRecorder())
-		w := &heapWriter{h: http.Header{}}
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		w.base, w.peak = ms.HeapAlloc, ms.HeapAlloc
-		before := ms.TotalAlloc
-		serve(w)
-		runtime.ReadMemStats(&ms)
-		held := w.peak - w.base
-		t.Logf("%-22s body %8d B, held %8d B (%.3f of the body), allocated %9d B", f.name, w.n, held, float64(held)/float64(w.n), ms.TotalAlloc-before)
-		if w.code != http.StatusOK || w.n < 2*gzipThreshold {
-			t.Fatalf("%s: %d, %d bytes: %q", f.name, w.code, w.n, w.first)
-		}
-		bound := uint64(w.n) / 4
-		if f.query == "?includeObject=None" {
-			bound = 512 << 10
-		}
-		if held > bound {
-			t.Errorf("%s: held %d bytes for a %d-byte body (bound %d)", f.name, held, w.n, bound)
-		}
+		checkHeldBound(t, fleet, f)
 	}
 	if lists.Load() != 0 {
 		t.Errorf("the fleet front collected %d LISTs", lists.Load())
