@@ -14,17 +14,6 @@ import (
 // only metadata.name/namespace.
 type FieldsFunc func(raw []byte) map[string]string
 
-// objectMeta is the part of a bookmark's object the tier reads.
-type objectMeta struct {
-	Metadata struct {
-		Name            string            `json:"name"`
-		Namespace       string            `json:"namespace"`
-		ResourceVersion string            `json:"resourceVersion"`
-		Labels          map[string]string `json:"labels"`
-		Annotations     map[string]string `json:"annotations"`
-	} `json:"metadata"`
-}
-
 // DecodeObject turns the JSON of one object as received from the apiserver
 // into a store object. raw is kept as the object's bytes (it is the wire
 // encoding).
@@ -34,8 +23,8 @@ type objectMeta struct {
 //     instead of three (the store keeps every object for its lifetime);
 //   - raw is kept only if it does not pin much more memory than its length
 //     (a slice of a larger decode buffer would keep the whole buffer
-//     alive); encoding/json's RawMessage is already an exact-size copy, so
-//     this is a guard for other callers, not a copy on the hot path.
+//     alive); the ingester's copy of a stream's bytes is already exact-size,
+//     so this is a guard for other callers, not a copy on the hot path.
 func DecodeObject(raw []byte, fieldsOf FieldsFunc) (*store.Object, error) {
 	m, err := decodeKeyMeta(raw)
 	if err != nil {

@@ -155,7 +155,7 @@ func TestObjectKey(t *testing.T) {
 		if !ok {
 			continue
 		}
-		var m objectMeta
+		var m keyMeta
 		if err := json.Unmarshal([]byte(c.raw), &m); err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +208,7 @@ func FuzzFrames(f *testing.F) {
 		// json.Unmarshal reads.
 		for _, fr := range got {
 			if ns, name, rv, ok := objectKey(fr); ok {
-				var m objectMeta
+				var m keyMeta
 				if json.Unmarshal(fr, &m) == nil && (m.Metadata.Namespace != ns || m.Metadata.Name != name || m.Metadata.ResourceVersion != rv) {
 					t.Fatalf("objectKey %q %q %q, json.Unmarshal %+v", ns, name, rv, m.Metadata)
 				}

@@ -166,7 +166,12 @@ func eventStatus(raw json.RawMessage) error {
 // bookmarkInfo extracts the RV and the initial-events-end flag of a
 // BOOKMARK event's object.
 func bookmarkInfo(raw json.RawMessage) (rv uint64, initialEnd bool, err error) {
-	var m objectMeta
+	var m struct {
+		Metadata struct {
+			ResourceVersion string            `json:"resourceVersion"`
+			Annotations     map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return 0, false, fmt.Errorf("decode bookmark: %w", err)
 	}
