@@ -160,11 +160,7 @@ func (p *Protobuf) WriteListItem(w io.Writer, gvk schema.GroupVersionKind, o *st
 }
 
 func (p *Protobuf) writeMessage(w io.Writer, gvk schema.GroupVersionKind, o *store.Object, metadataOnly bool, frame func(msgLen int) (head, tail []byte), countCached bool) error {
-	variant := variantObject
-	if metadataOnly {
-		variant = variantMetadata
-	}
-	msg, cv, err := p.convertCounted(gvk, o, variant, true, countCached)
+	msg, cv, err := p.convertCounted(gvk, o, variantOf(metadataOnly), true, countCached)
 	if err != nil {
 		return err
 	}
@@ -192,6 +188,14 @@ func (p *Protobuf) writeMessage(w io.Writer, gvk schema.GroupVersionKind, o *sto
 	return nil
 }
 
+// variantOf is the cached message variant: the object or its metadata.
+func variantOf(metadataOnly bool) uint8 {
+	if metadataOnly {
+		return variantMetadata
+	}
+	return variantObject
+}
+
 // MessageLen is the length of o's message (Object, or Metadata when
 // metadataOnly), found in the cache or converted, without keeping it: a
 // large message is only prepared (its size is known before it is built)
@@ -199,11 +203,7 @@ func (p *Protobuf) writeMessage(w io.Writer, gvk schema.GroupVersionKind, o *sto
 // pieces (ListHead) asks each item's length first, then writes each with
 // WriteMessage; see the front's writeProtobufList for why twice.
 func (p *Protobuf) MessageLen(gvk schema.GroupVersionKind, o *store.Object, metadataOnly bool) (int, error) {
-	variant := variantObject
-	if metadataOnly {
-		variant = variantMetadata
-	}
-	msg, cv, err := p.convert(gvk, o, variant, true)
+	msg, cv, err := p.convert(gvk, o, variantOf(metadataOnly), true)
 	if err != nil {
 		return 0, err
 	}
@@ -386,8 +386,8 @@ func ListItemHead(dst []byte, msgLen int) []byte {
 }
 
 // ListTail ends a list body: the envelope's empty contentEncoding and
-// contentType (appendUnknownTail).
-const ListTail = "\x1a\x00\x22\x00"
+// contentType.
+const ListTail = unknownTail
 
 // Status is a Status in the protobuf envelope, as the apiserver sends errors
 // to protobuf clients.
@@ -470,7 +470,11 @@ func appendUnknownHead(out, tm []byte, rawLen int) []byte {
 
 // appendUnknownTail writes the empty contentEncoding (3) and contentType (4)
 // that runtime.Unknown always carries.
-func appendUnknownTail(out []byte) []byte { return append(out, 0x1a, 0x00, 0x22, 0x00) }
+func appendUnknownTail(out []byte) []byte { return append(out, unknownTail...) }
+
+// unknownTail ends a runtime.Unknown after its raw field: contentEncoding
+// (3) and contentType (4), both empty.
+const unknownTail = "\x1a\x00\x22\x00"
 
 func envelopeOverhead(tmLen, rawLen int) int {
 	return 1 + uvarintLen(uint64(tmLen)) + tmLen + 1 + uvarintLen(uint64(rawLen)) + 4
