@@ -523,7 +523,9 @@ func (d *droppingWriter) WriteByte(c byte) error {
 // writeFormList writes collected items in form (streamFormFor), the same
 // bytes streamList writes for them as they arrive. The body is held back
 // until it passes the gzip threshold (deferredBody), which also keeps the
-// Status of an object that does not decode or print early on.
+// Status of an object that does not decode or print early on. (tableForm
+// copies each batch's items, which only streamed items need: a memcpy
+// next to printing them.)
 func writeFormList(w http.ResponseWriter, r *http.Request, res *resource, form streamForm, meta metav1.ListMeta, items []*store.Object) (sent bool, err error) {
 	head, err := form.head(meta)
 	if err != nil {
