@@ -163,18 +163,21 @@ const Converge = 4 * time.Minute
 func (r *Informers) WaitSame(t *testing.T, kc kubernetes.Interface, namespaces []string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	lastDiff := "no answer from the apiserver"
+	lastDiff, lastErr := "none seen: the apiserver never answered", error(nil)
 	for {
 		bad, err := r.differences(kc, namespaces)
 		switch {
 		case err != nil:
-			lastDiff = fmt.Sprintf("%s (and then the apiserver: %v)", lastDiff, err)
+			lastErr = err
 		case bad == "":
 			return
 		default:
-			lastDiff = bad
+			lastDiff, lastErr = bad, nil
 		}
 		if time.Now().After(deadline) {
+			if lastErr != nil {
+				lastDiff += fmt.Sprintf("\n(the apiserver's last answer: %v)", lastErr)
+			}
 			t.Fatalf("informers through the tier differ from the apiserver after %s:\n%s\n%s\ninformers' last watch errors:\n%s",
 				timeout, lastDiff, r.tierListDifferences(kc, namespaces), r.lastWatchErrors())
 		}
