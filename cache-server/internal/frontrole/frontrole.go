@@ -120,7 +120,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, OpenAPI: docs,
 	})
 	if cfg.ProbeListener != nil {
-		go serving.Probes(ctx, cfg.ProbeListener, serving.Gatherer(reg, apf.Gatherer()), func() error {
+		defer serving.StartProbes(ctx, cfg.ProbeListener, serving.Gatherer(reg, apf.Gatherer()), func() error {
 			for i, s := range sources {
 				select {
 				case <-s.Synced():
@@ -129,7 +129,7 @@ func Run(ctx context.Context, cfg Config) error {
 				}
 			}
 			return docs.Ready()
-		})
+		})()
 	}
 	var fairness func(http.Handler) http.Handler
 	if !cfg.DisablePriorityAndFairness {

@@ -147,10 +147,27 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 }
 
-// Probes serves /metrics, /readyz and /livez over plain HTTP on ln (the
+// StartProbes runs probes on ln in the background until ctx ends or the
+// returned stop is called; stop returns once the port is closed, so a role
+// that defers it does not return with its probe port still bound (a
+// replica restarted in the same process binds it again).
+func StartProbes(ctx context.Context, ln net.Listener, reg prometheus.Gatherer, ready func() error) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		probes(ctx, ln, reg, ready)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// probes serves /metrics, /readyz and /livez over plain HTTP on ln (the
 // fleet's probe and scrape port) until ctx ends. ready returns nil when
 // the role can serve.
-func Probes(ctx context.Context, ln net.Listener, reg prometheus.Gatherer, ready func() error) {
+func probes(ctx context.Context, ln net.Listener, reg prometheus.Gatherer, ready func() error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })

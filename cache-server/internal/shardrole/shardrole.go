@@ -21,6 +21,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/serving"
 	"github.com/cachetier/cachetier/cache-server/internal/shardserver"
+	"github.com/cachetier/cachetier/cache-server/internal/shardwire"
 	"github.com/cachetier/cachetier/cache-server/internal/standalone"
 )
 
@@ -77,11 +78,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return nil
 	}
 	if cfg.ProbeListener != nil {
-		go serving.Probes(ctx, cfg.ProbeListener, reg, ready)
+		defer serving.StartProbes(ctx, cfg.ProbeListener, reg, ready)()
 	}
 	return serving.Run(ctx, serving.Config{
 		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: ingested.Client,
-		API: shardserver.New(ingested.Resources, m, cfg.Log), Registry: reg, Metrics: m,
+		API: shardserver.New(ingested.Resources, shardwire.HashRange{First: cfg.First, Last: cfg.Last, Total: total}, m, cfg.Log), Registry: reg, Metrics: m,
 		Profiling: cfg.Profiling, Log: cfg.Log,
 		BeforeShutdown: func() {
 			for _, r := range ingested.Resources {
