@@ -774,6 +774,83 @@ func TestShardReplicaLoss(t *testing.T) {
 	}
 }
 
+// TestShardCountChangeNeverServesAnotherRange: when the shard count
+// changes, a shard's replicas roll one at a time onto a new range of hash
+// shards while fronts of the old topology still serve (and new fronts start
+// before every shard rolled). Here shard 1 (hash shards 2-3 of 4) rolls
+// onto 2-2, as a change from 2 to 3 shards does, under a front that keeps
+// its topology. While one replica still holds 2-3 the front reads only
+// from it: every consistent LIST is complete, informers miss nothing. Once
+// none does, reads fail with 503 instead of answering without hash shard
+// 3's objects, and the front's watchers get nothing they should not. When
+// the range is back, informers end identical to the apiserver, every
+// present object added exactly once more than deleted. (Before, the front
+// merged the rolled replica's narrower stream and lists as if complete: its
+// watchers silently lost hash shard 3's changes for good.)
+func TestShardCountChangeNeverServesAnotherRange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	inf, counts := countingInformer(t, ctx, fleet.TierAdmin)
+	tier := kc(t, fleet.TierAdmin)
+	churn(t, ctx, 100, "rerange")
+	if err := standalone.RerangeShardReplica(1, 0, 2, 2); err != nil {
+		t.Fatal(err)
+	}
+	churn(t, ctx, 100, "rerange")
+	waitSame(t, ctx, map[string]cache.Store{"typed": inf.GetStore()})
+	want := truth(t, ctx)
+	checkAddsMinusDeletes(t, counts(), want)
+	for i := range 6 { // the front rotates the replica it reads first
+		l, err := tier.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("consistent LIST %d with one replica of shard 1 on hash shards 2-2: %v", i, err)
+		}
+		if len(l.Items) != len(want) {
+			t.Fatalf("consistent LIST %d with one replica of shard 1 on hash shards 2-2: %d items, the apiserver has %d", i, len(l.Items), len(want))
+		}
+	}
+
+	misdirectedBefore := fleetShardCalls(t, "watch-shard-1", "misdirected")
+	if err := standalone.RerangeShardReplica(1, 1, 2, 2); err != nil {
+		t.Fatal(err)
+	}
+	churn(t, ctx, 50, "rerange")
+	for _, rv := range []string{"", "0"} {
+		err := tier.CoreV1().RESTClient().Get().Resource("configmaps").Param("resourceVersion", rv).MaxRetries(0).Do(ctx).Error()
+		if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "holds hash shards 2-2/4, not 2-3/4") {
+			t.Fatalf("LIST (resourceVersion=%q) with no replica of shard 1 on hash shards 2-3: %v, want a 503 naming both ranges", rv, err)
+		}
+	}
+	if after := fleetShardCalls(t, "watch-shard-1", "misdirected"); after <= misdirectedBefore {
+		t.Errorf("cachetier_fleet_shard_calls_total{outcome=\"misdirected\"} did not move (%v -> %v)", misdirectedBefore, after)
+	}
+
+	for r := range 2 {
+		if err := standalone.RerangeShardReplica(1, r, 2, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	churn(t, ctx, 100, "rerange")
+	waitSame(t, ctx, map[string]cache.Store{"typed": inf.GetStore()})
+	checkAddsMinusDeletes(t, counts(), truth(t, ctx))
+}
+
+// fleetShardCalls is the front's count of calls to shard with outcome.
+func fleetShardCalls(t *testing.T, shard, outcome string) float64 {
+	t.Helper()
+	series, err := fleet.Series("cachetier_fleet_shard_calls_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for s, v := range series {
+		if strings.Contains(s, `shard="`+shard+`"`) && strings.Contains(s, `outcome="`+outcome+`"`) {
+			sum += v
+		}
+	}
+	return sum
+}
+
 // TestFleetConsistentReadOfAQuietResource: a consistent LIST of a resource
 // that did not change while another one did needs every shard to prove its
 // progress to the apiserver, and the front to see that proof on the change

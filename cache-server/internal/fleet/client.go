@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -102,8 +103,16 @@ func (c *Client) openPreferring(ctx context.Context, i int, prefer, path string,
 		first := int(c.next[i].Add(1)) % len(endpoints)
 		endpoints = append(slices.Clone(endpoints[first:]), endpoints[:first]...)
 	}
+	// Every request says which hash shards the front expects, so that a
+	// replica holding another range (the shard count is changing) refuses
+	// instead of answering for a different set of objects.
+	q = maps.Clone(q)
+	if q == nil {
+		q = url.Values{}
+	}
+	shardwire.SetHashRange(q, shardwire.HashRange{First: int(sh.FirstHashShard), Last: int(sh.LastHashShard), Total: int(c.topo.HashShards)})
 	var lastErr error
-	initializing := false
+	initializing, misdirected := false, false
 	for _, ep := range endpoints {
 		u := url.URL{Scheme: "https", Host: ep, Path: path, RawQuery: q.Encode()}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
@@ -128,6 +137,15 @@ func (c *Client) openPreferring(ctx context.Context, i int, prefer, path string,
 			// replica may have the data.
 			resp.Body.Close()
 			initializing, lastErr = true, fmt.Errorf("%s is loading its data", ep)
+			continue
+		}
+		if resp.StatusCode == shardwire.StatusMisdirected {
+			// This replica holds other hash shards: it rolled onto a new
+			// range this front's topology does not know yet, or has not
+			// rolled onto the range it does. Another replica may hold ours.
+			lastErr = httpError(sh.Name, resp)
+			resp.Body.Close()
+			misdirected = true
 			continue
 		}
 		if resp.StatusCode != http.StatusOK {
@@ -155,6 +173,13 @@ func (c *Client) openPreferring(ctx context.Context, i int, prefer, path string,
 		// client retries after a second.
 		c.metrics.FleetShardCalls.WithLabelValues(sh.Name, verb, "initializing").Inc()
 		return nil, apierrors.NewTooManyRequests(fmt.Sprintf("shard %s is (re)initializing: %v", sh.Name, lastErr), 1)
+	}
+	if misdirected {
+		// Reads wait or fail (503, retried by clients) rather than
+		// answer for a different set of objects; the rollout that changes
+		// the shard count replaces this front.
+		c.metrics.FleetShardCalls.WithLabelValues(sh.Name, verb, "misdirected").Inc()
+		return nil, retryableUnavailable(fmt.Sprintf("no replica of shard %s holds hash shards %s (the shard count is changing): %v", sh.Name, q.Get(shardwire.ParamHashShards), lastErr))
 	}
 	c.metrics.FleetShardCalls.WithLabelValues(sh.Name, verb, "unreachable").Inc()
 	return nil, retryableUnavailable(fmt.Sprintf("shard %s is unreachable: %v", sh.Name, lastErr))

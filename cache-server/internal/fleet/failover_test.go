@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/cachetier/cachetier/api/topology"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
+	"github.com/cachetier/cachetier/cache-server/internal/shardwire"
 )
 
 // replica is a shard replica answering every request with one status.
@@ -32,8 +34,11 @@ func replica(t *testing.T, status int) (endpoint string, calls *int) {
 		// What the shard's handlers answer: a Status (e.g. 429 while
 		// the resource's initial load runs, 403 from its authorizer).
 		st := apierrors.NewTooManyRequests("storage is (re)initializing", 1).ErrStatus
-		if status == http.StatusForbidden {
+		switch status {
+		case http.StatusForbidden:
 			st = apierrors.NewForbidden(schema.GroupResource{Resource: "shard"}, "", errors.New("no")).ErrStatus
+		case shardwire.StatusMisdirected:
+			st = metav1.Status{Status: metav1.StatusFailure, Code: shardwire.StatusMisdirected, Message: "this replica holds hash shards 0-0/2, not " + r.URL.Query().Get(shardwire.ParamHashShards)}
 		}
 		st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
 		body, _ := json.Marshal(st)
@@ -138,5 +143,39 @@ func TestOpenNoReplicaAnsweringIsRetryable(t *testing.T) {
 	_, err = clientFor(t, forbidden).open(context.Background(), 0, "/shard/v1/list", nil)
 	if _, ok := apierrors.SuggestsClientDelay(err); ok {
 		t.Fatalf("a refusal suggests a retry: %v", err)
+	}
+}
+
+// TestOpenSkipsReplicasOfAnotherRange: while the shard count changes, a
+// shard's replicas roll one at a time onto a new range of hash shards. A
+// replica holding another range than the front's topology gives the shard
+// refuses (421); the front reads from a replica that holds its range, and
+// when none does it answers 503 with Retry-After naming the range — never
+// a list or a stream of a different set of objects.
+func TestOpenSkipsReplicasOfAnotherRange(t *testing.T) {
+	other, otherCalls := replica(t, shardwire.StatusMisdirected)
+	ready, readyCalls := replica(t, http.StatusOK)
+	c := clientFor(t, other, ready)
+	for i := range 4 {
+		s, err := c.open(context.Background(), 0, shardwire.PathWatch, url.Values{"resource": {"/v1/configmaps"}})
+		if err != nil {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+		if s.endpoint != ready {
+			t.Fatalf("answered by %s, want the replica holding the range, %s", s.endpoint, ready)
+		}
+		s.Close()
+	}
+	if *readyCalls != 4 || *otherCalls == 0 {
+		t.Fatalf("calls: %d to the replica of the range, %d to the other; want 4 and some", *readyCalls, *otherCalls)
+	}
+
+	_, err := clientFor(t, other).open(context.Background(), 0, shardwire.PathList, nil)
+	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "no replica of shard shard-0 holds hash shards 0-0/1") ||
+		!strings.Contains(err.Error(), "this replica holds hash shards 0-0/2, not 0-0/1") {
+		t.Fatalf("want a 503 naming both ranges, got %v", err)
+	}
+	if d, ok := apierrors.SuggestsClientDelay(err); !ok || d != 1 {
+		t.Fatalf("want Retry-After 1, got %d %v", d, ok)
 	}
 }

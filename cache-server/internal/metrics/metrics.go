@@ -221,7 +221,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	})
 	m.ShardRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_shard_requests_total",
-		Help: "Requests a fleet shard served to its fronts, by verb (list, watch, currentrv, wait), resource and outcome.",
+		Help: "Requests a fleet shard served to its fronts, by verb (list, watch, currentrv, wait), resource and outcome (ok; error; misdirected: the front asked for hash shards this replica does not hold, while the shard count changes).",
 	}, []string{"verb", "resource", "outcome"})
 	m.ShardRequestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "cachetier_shard_request_duration_seconds",
@@ -230,7 +230,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}, []string{"verb", "resource"})
 	m.FleetShardCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_fleet_shard_calls_total",
-		Help: "Calls a fleet front made to its shards, by shard, verb and outcome (ok; error: a replica refused; unreachable: no replica reachable; initializing: every reachable replica still loading).",
+		Help: "Calls a fleet front made to its shards, by shard, verb and outcome (ok; error: a replica refused; unreachable: no replica reachable; initializing: every reachable replica still loading; misdirected: no replica holds the hash shards the front's topology gives the shard, while the shard count changes).",
 	}, []string{"shard", "verb", "outcome"})
 	m.FleetStreamRestarts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_fleet_stream_restarts_total",

@@ -12,6 +12,7 @@ package shardserver
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -36,17 +38,20 @@ import (
 // Server serves one shard's resources.
 type Server struct {
 	resources map[string]ingest.Resource
-	metrics   *metrics.Metrics
-	log       logr.Logger
-	pools     *shardwire.Pools
+	// holds is the hash shards this replica keeps: requests for another
+	// range are refused (shardwire.ParamHashShards).
+	holds   shardwire.HashRange
+	metrics *metrics.Metrics
+	log     logr.Logger
+	pools   *shardwire.Pools
 	// bufs pools the write buffers of compressed lists (an encoder writes
 	// each block, a few KB, on its own).
 	bufs sync.Pool
 }
 
-// New returns the handler.
-func New(resources []ingest.Resource, m *metrics.Metrics, log logr.Logger) *Server {
-	s := &Server{resources: map[string]ingest.Resource{}, metrics: m, log: log, pools: shardwire.NewPools(),
+// New returns the handler of a replica that holds the hash shards holds.
+func New(resources []ingest.Resource, holds shardwire.HashRange, m *metrics.Metrics, log logr.Logger) *Server {
+	s := &Server{resources: map[string]ingest.Resource{}, holds: holds, metrics: m, log: log, pools: shardwire.NewPools(),
 		bufs: sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 32<<10) }}}
 	for _, r := range resources {
 		s.resources[shardwire.ResourceID(r.Entry.Resource.GVR)] = r
@@ -72,7 +77,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	id := r.URL.Query().Get("resource")
+	q := r.URL.Query()
+	id := q.Get("resource")
+	res, ok := s.resources[id]
+	label := "unknown" // not the caller's string: bounded label values
+	if ok {
+		label = res.Entry.Resource.String() // as every other metric names it
+	}
+	if !s.directedHere(w, q, verb, label) {
+		return
+	}
 	w.Header().Set("Content-Type", shardwire.ContentType)
 	var body io.Writer = flushWriter{w, http.NewResponseController(w)}
 	if verb == "list" {
@@ -98,7 +112,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	out := s.pools.Writer(body)
 	defer s.pools.PutWriter(out) // flushed at the end of ServeHTTP
-	res, ok := s.resources[id]
 	var err error
 	if !ok {
 		err = apierrors.NewNotFound(schema.GroupResource{Group: "cachetier.io", Resource: "cached-resources"}, id)
@@ -107,10 +120,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err == nil {
 			err = serve(r.Context(), out, res, r)
 		}
-	}
-	label := "unknown" // not the caller's string: bounded label values
-	if ok {
-		label = res.Entry.Resource.String() // as every other metric names it
 	}
 	outcome := "ok"
 	if err != nil && r.Context().Err() == nil {
@@ -121,6 +130,35 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = out.Flush()
 	s.metrics.ShardRequests.WithLabelValues(verb, label, outcome).Inc()
 	s.metrics.ShardRequestDuration.WithLabelValues(verb, label).Observe(time.Since(start).Seconds())
+}
+
+// directedHere answers a request for hash shards other than the ones held
+// (400 for a malformed range, 421 for another one) and says whether to
+// serve it. A front whose topology is older or newer than this replica's
+// range (the shard count is changing) tries the shard's other replicas.
+func (s *Server) directedHere(w http.ResponseWriter, q url.Values, verb, label string) bool {
+	want, ok, err := shardwire.ParseHashRange(q)
+	if err == nil && (!ok || want == s.holds) {
+		return true
+	}
+	status := apierrors.NewBadRequest("")
+	outcome := "error"
+	if err != nil {
+		status = err.(*apierrors.StatusError)
+	} else {
+		status.ErrStatus.Code, status.ErrStatus.Reason = shardwire.StatusMisdirected, metav1.StatusReasonUnknown
+		status.ErrStatus.Message = fmt.Sprintf("this replica holds hash shards %s, not %s", s.holds, want)
+		outcome = "misdirected"
+		s.log.V(1).Info("refused a request for other hash shards", "verb", verb, "holds", s.holds.String(), "asked", want.String())
+	}
+	st := status.ErrStatus
+	st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	body, _ := json.Marshal(st)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(int(st.Code))
+	_, _ = w.Write(body)
+	s.metrics.ShardRequests.WithLabelValues(verb, label, outcome).Inc()
+	return false
 }
 
 // synced answers 429 while the resource's initial load is not done, as

@@ -2,10 +2,19 @@ package shardserver
 
 import (
 	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 
 	"github.com/cachetier/cachetier/cache-server/internal/shardwire"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
@@ -74,5 +83,58 @@ func TestListStoreIndexParameters(t *testing.T) {
 				t.Errorf("%s limit %d: %d items, want %d", c.query, limit, n, c.items)
 			}
 		}
+	}
+}
+
+// A replica answers only for the hash shards it holds: a front whose
+// topology gives the shard another range (the shard count is changing and
+// one of the two has not rolled yet) gets 421 naming both ranges, which
+// its client reads as "try another replica"; a malformed range is a 400;
+// a request that names none (or the right one) reaches the resource.
+func TestRequestsForOtherHashShardsRefused(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := New(nil, shardwire.HashRange{First: 2, Last: 3, Total: 4}, metrics.New(reg), logr.Discard())
+	for _, c := range []struct {
+		query  string
+		status int
+		says   string
+	}{
+		{"resource=x&hashShards=2-3/4", http.StatusOK, "cached-resources"}, // on to the resource: not found, in-stream
+		{"resource=x", http.StatusOK, "cached-resources"},
+		{"resource=x&hashShards=2-2/4", shardwire.StatusMisdirected, "holds hash shards 2-3/4, not 2-2/4"},
+		{"resource=x&hashShards=2-3/8", shardwire.StatusMisdirected, "holds hash shards 2-3/4, not 2-3/8"},
+		{"resource=x&hashShards=3-2/4", http.StatusBadRequest, "not a range"},
+	} {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, shardwire.PathWatch+"?"+c.query, nil))
+		if rec.Code != c.status || !strings.Contains(rec.Body.String(), c.says) {
+			t.Errorf("%s: %d %q, want %d saying %q", c.query, rec.Code, rec.Body.String(), c.status, c.says)
+		}
+		if c.status != http.StatusOK {
+			var st metav1.Status
+			if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || st.Kind != "Status" || int(st.Code) != c.status {
+				t.Errorf("%s: the body is not a Status with code %d: %v %+v", c.query, c.status, err, st)
+			}
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	misdirected := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "cachetier_shard_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == "misdirected" {
+					misdirected += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if misdirected != 2 {
+		t.Errorf("cachetier_shard_requests_total{outcome=\"misdirected\"} = %v, want 2", misdirected)
 	}
 }

@@ -152,6 +152,15 @@ func (e *Env) StopShardReplica(i, r int) {
 	<-sh.done
 }
 
+// RerangeShardReplica restarts replica r of shard i holding hash shards
+// first..last instead, as a rollout that changes the shard count replaces
+// the shard's pods one at a time; the front keeps its topology.
+func (e *Env) RerangeShardReplica(i, r, first, last int) error {
+	e.StopShardReplica(i, r)
+	e.shards[i][r].cfg.First, e.shards[i][r].cfg.Last = first, last
+	return e.StartShardReplica(i, r)
+}
+
 // StartShardReplica starts a stopped replica again with an empty cache on
 // its addresses and waits until it is ready (its probe's /readyz).
 func (e *Env) StartShardReplica(i, r int) error {
