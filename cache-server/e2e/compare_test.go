@@ -333,34 +333,42 @@ func testGetMatchesAPIServer(t *testing.T) {
 		"/apis/example.cachetier.io/v1/namespaces/ns-0/widgets/widget-01",
 		"/apis/example.cachetier.io/v1/namespaces/ns-0/widgets/nope",
 	}
+	accepts := []string{"", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1"}
 	for _, p := range paths {
 		for _, r := range []string{"", "0", rv, "abc"} {
-			q := query("resourceVersion", r)
-			t.Run(p+"?"+q.Encode(), func(t *testing.T) {
-				want := get(t, testEnv.admin, p, q, "")
-				got := get(t, testEnv.tierAdmin, p, q, "")
-				if want.code != got.code {
-					t.Fatalf("status %d from tier, %d from apiserver\n tier: %s\n apiserver: %s", got.code, want.code, got.body, want.body)
-				}
-				if want.code != http.StatusOK {
-					if w, g := statusView(t, want.body), statusView(t, got.body); w != g {
-						t.Fatalf("error differs\n tier:      %s\n apiserver: %s", g, w)
-					}
-					return
-				}
-				var wo, gobj map[string]any
-				_ = json.Unmarshal(want.body, &wo)
-				_ = json.Unmarshal(got.body, &gobj)
-				if w, g := fmt.Sprint(wo), fmt.Sprint(gobj); w != g {
-					t.Fatalf("object differs\n tier:      %s\n apiserver: %s", g, w)
-				}
-				// Byte for byte, the serializer's trailing newline included
-				// (kubectl get --raw prints the body as it comes).
-				if !bytes.Equal(got.body, want.body) {
-					t.Fatalf("body differs\n tier:      %q\n apiserver: %q", got.body, want.body)
-				}
-			})
+			for _, accept := range accepts {
+				q := query("resourceVersion", r)
+				t.Run(accept+" "+p+"?"+q.Encode(), func(t *testing.T) { compareGet(t, p, q, accept) })
+			}
 		}
+	}
+}
+
+// compareGet sends the same GET to both and compares the answers byte for
+// byte.
+func compareGet(t *testing.T, p string, q url.Values, accept string) {
+	t.Helper()
+	want := get(t, testEnv.admin, p, q, accept)
+	got := get(t, testEnv.tierAdmin, p, q, accept)
+	if want.code != got.code {
+		t.Fatalf("status %d from tier, %d from apiserver\n tier: %s\n apiserver: %s", got.code, want.code, got.body, want.body)
+	}
+	if want.code != http.StatusOK {
+		if w, g := statusView(t, want.body), statusView(t, got.body); w != g {
+			t.Fatalf("error differs\n tier:      %s\n apiserver: %s", g, w)
+		}
+		return
+	}
+	var wo, gobj map[string]any
+	_ = json.Unmarshal(want.body, &wo)
+	_ = json.Unmarshal(got.body, &gobj)
+	if w, g := fmt.Sprint(wo), fmt.Sprint(gobj); w != g {
+		t.Fatalf("object differs\n tier:      %s\n apiserver: %s", g, w)
+	}
+	// Byte for byte, the serializer's trailing newline included
+	// (kubectl get --raw prints the body as it comes).
+	if !bytes.Equal(got.body, want.body) {
+		t.Fatalf("body differs\n tier:      %q\n apiserver: %q", got.body, want.body)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1beta1 "k8s.io/apimachinery/pkg/apis/meta/v1beta1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/client-go/kubernetes"
@@ -27,12 +28,16 @@ import (
 const pbMediaType = "application/vnd.kubernetes.protobuf"
 
 var pbSerializer = func() *protobuf.Serializer {
-	// client-go's scheme plus meta.k8s.io/v1 (PartialObjectMetadata).
+	// client-go's scheme plus meta.k8s.io/v1 and v1beta1
+	// (PartialObjectMetadata).
 	s := runtime.NewScheme()
 	if err := scheme.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	metav1.AddMetaToScheme(s)
+	if err := metav1beta1.AddMetaToScheme(s); err != nil {
+		panic(err)
+	}
 	return protobuf.NewSerializer(s, s)
 }()
 
@@ -204,6 +209,16 @@ func testProtobufListMatchesAPIServer(t *testing.T) {
 			}
 		}
 	}
+	// meta.k8s.io/v1beta1's PartialObjectMetadataList numbers its fields
+	// the other way round (items 1, metadata 2).
+	for _, tg := range targets {
+		for _, limit := range []string{"", "7"} {
+			accept := pbMediaType + ";as=PartialObjectMetadataList;g=meta.k8s.io;v=v1beta1"
+			q := query("limit", limit, "labelSelector", tg.label, "fieldSelector", tg.field)
+			t.Run(accept+" "+tg.path+"?"+q.Encode(), func(t *testing.T) { pbCompareList(t, tg.path, q, accept) })
+			n++
+		}
+	}
 	t.Logf("compared %d protobuf LIST requests", n)
 }
 
@@ -226,6 +241,7 @@ func testProtobufGetMatchesAPIServer(t *testing.T) {
 		pbMediaType,
 		pbMediaType + ", application/json",
 		pbMediaType + ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+		pbMediaType + ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1",
 		pbMediaType + ";as=Table;g=meta.k8s.io;v=v1",
 	}
 	for _, p := range paths {

@@ -149,11 +149,11 @@ func (p *Protobuf) WriteMessage(w io.Writer, gvk schema.GroupVersionKind, o *sto
 // against the one MessageLen gave: a body whose items do not add up to
 // its declared length must not be completed. Cache hits are not counted:
 // MessageLen counted the message served.
-func (p *Protobuf) WriteListItem(w io.Writer, gvk schema.GroupVersionKind, o *store.Object, metadataOnly bool, scratch *[]byte) (int, error) {
+func (p *Protobuf) WriteListItem(w io.Writer, gvk schema.GroupVersionKind, o *store.Object, metadataOnly bool, f ListFormat, scratch *[]byte) (int, error) {
 	n := -1
 	err := p.writeMessage(w, gvk, o, metadataOnly, func(msgLen int) (head, tail []byte) {
 		n = msgLen
-		*scratch = ListItemHead((*scratch)[:0], msgLen)
+		*scratch = ListItemHead((*scratch)[:0], msgLen, f)
 		return *scratch, nil
 	}, false)
 	return n, err
@@ -338,24 +338,38 @@ func Envelope(apiVersion, kind string, msg []byte) []byte {
 	return appendUnknownTail(out)
 }
 
+// ListFormat is how a list message numbers its two fields. Every list
+// type numbers its metadata 1 and its items 2, except meta.k8s.io/v1beta1's
+// PartialObjectMetadataList (items 1, metadata 2); a message writes its
+// fields in number order, so that one's metadata comes after its items.
+type ListFormat int
+
+const (
+	// ListMetaFirst: metadata = 1, items = 2.
+	ListMetaFirst ListFormat = iota
+	// ListItemsFirst: items = 1, metadata = 2
+	// (metav1beta1.PartialObjectMetadataList).
+	ListItemsFirst
+)
+
 // List is the enveloped protobuf encoding of a list of kind listKind: meta
 // and items are messages (ListMeta and one per item), as from Object or
 // Metadata and metav1.ListMeta.Marshal. It is ListHead, each item's
-// ListItemHead and message, and ListTail: a list too large to build is
+// ListItemHead and message, and ListEnd: a list too large to build is
 // written from those pieces (the front streams its LISTs that way).
-func List(apiVersion, listKind string, meta []byte, items [][]byte) []byte {
+func List(apiVersion, listKind string, meta []byte, items [][]byte, f ListFormat) []byte {
 	itemsLen := 0
 	for _, it := range items {
 		itemsLen += ListItemLen(len(it))
 	}
-	head := ListHead(apiVersion, listKind, meta, itemsLen)
-	out := make([]byte, 0, len(head)+itemsLen+len(ListTail))
+	head, end := ListHead(apiVersion, listKind, meta, itemsLen, f), ListEnd(meta, f)
+	out := make([]byte, 0, len(head)+itemsLen+len(end))
 	out = append(out, head...)
 	for _, it := range items {
-		out = ListItemHead(out, len(it))
+		out = ListItemHead(out, len(it), f)
 		out = append(out, it...)
 	}
-	return append(out, ListTail...)
+	return append(out, end...)
 }
 
 // ListItemLen is what an item message of msgLen bytes takes in a list
@@ -363,31 +377,49 @@ func List(apiVersion, listKind string, meta []byte, items [][]byte) []byte {
 func ListItemLen(msgLen int) int { return 1 + uvarintLen(uint64(msgLen)) + msgLen }
 
 // ListHead is a list body up to its first item: the magic, the envelope's
-// TypeMeta, the header of its raw field and the list's metadata. itemsLen
-// is the sum of ListItemLen over the items that follow: the envelope's raw
-// field is length-prefixed, so the items' total must be known before the
-// first byte is written.
-func ListHead(apiVersion, listKind string, meta []byte, itemsLen int) []byte {
-	body := 1 + uvarintLen(uint64(len(meta))) + len(meta) + itemsLen
+// TypeMeta, the header of its raw field and (ListMetaFirst) the list's
+// metadata. itemsLen is the sum of ListItemLen over the items that follow:
+// the envelope's raw field is length-prefixed, so the items' total must be
+// known before the first byte is written.
+func ListHead(apiVersion, listKind string, meta []byte, itemsLen int, f ListFormat) []byte {
+	metaField := 1 + uvarintLen(uint64(len(meta))) + len(meta)
+	body := metaField + itemsLen
 	tm := typeMeta(apiVersion, listKind)
-	out := make([]byte, 0, len(magic)+envelopeOverhead(len(tm), body)+body-itemsLen)
+	out := make([]byte, 0, len(magic)+envelopeOverhead(len(tm), body)+metaField)
 	out = append(out, magic...)
 	out = appendUnknownHead(out, tm, body)
-	out = append(out, 0x0a) // field 1 (metadata), length-delimited
-	out = binary.AppendUvarint(out, uint64(len(meta)))
-	return append(out, meta...)
+	if f == ListItemsFirst {
+		return out
+	}
+	return appendListMeta(out, 0x0a, meta) // field 1, length-delimited
 }
 
 // ListItemHead appends what precedes an item message of msgLen bytes in a
-// list body: field 2 (items), length-delimited.
-func ListItemHead(dst []byte, msgLen int) []byte {
-	dst = append(dst, 0x12)
+// list body: the items field's tag (length-delimited) and the length.
+func ListItemHead(dst []byte, msgLen int, f ListFormat) []byte {
+	tag := byte(0x12) // field 2
+	if f == ListItemsFirst {
+		tag = 0x0a // field 1
+	}
+	dst = append(dst, tag)
 	return binary.AppendUvarint(dst, uint64(msgLen))
 }
 
-// ListTail ends a list body: the envelope's empty contentEncoding and
+// ListEnd ends a list body after its last item: (ListItemsFirst) the
+// list's metadata, then the envelope's empty contentEncoding and
 // contentType.
-const ListTail = unknownTail
+func ListEnd(meta []byte, f ListFormat) []byte {
+	if f == ListItemsFirst {
+		return append(appendListMeta(nil, 0x12, meta), unknownTail...) // field 2
+	}
+	return []byte(unknownTail)
+}
+
+func appendListMeta(dst []byte, tag byte, meta []byte) []byte {
+	dst = append(dst, tag)
+	dst = binary.AppendUvarint(dst, uint64(len(meta)))
+	return append(dst, meta...)
+}
 
 // Status is a Status in the protobuf envelope, as the apiserver sends errors
 // to protobuf clients.

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1beta1 "k8s.io/apimachinery/pkg/apis/meta/v1beta1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
@@ -96,7 +97,7 @@ func TestListMatchesSerializer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := List("v1", "PodList", mb, items)
+	got := List("v1", "PodList", mb, items, ListMetaFirst)
 	var want bytes.Buffer
 	if err := serializer.Encode(list, &want); err != nil {
 		t.Fatal(err)
@@ -109,7 +110,7 @@ func TestListMatchesSerializer(t *testing.T) {
 	mb, _ = empty.ListMeta.Marshal()
 	want.Reset()
 	_ = serializer.Encode(empty, &want)
-	if got := List("v1", "PodList", mb, nil); !bytes.Equal(got, want.Bytes()) {
+	if got := List("v1", "PodList", mb, nil, ListMetaFirst); !bytes.Equal(got, want.Bytes()) {
 		t.Fatalf("empty list differs\n got %q\nwant %q", got, want.Bytes())
 	}
 }
@@ -122,7 +123,7 @@ func TestMetadataList(t *testing.T) {
 		t.Fatal(err)
 	}
 	mb, _ := (&metav1.ListMeta{ResourceVersion: "9"}).Marshal()
-	body := List("meta.k8s.io/v1", "PartialObjectMetadataList", mb, [][]byte{md})
+	body := List("meta.k8s.io/v1", "PartialObjectMetadataList", mb, [][]byte{md}, ListMetaFirst)
 	obj, _, err := serializer.Decode(body, nil, &metav1.PartialObjectMetadataList{})
 	if err != nil {
 		t.Fatal(err)
@@ -130,6 +131,50 @@ func TestMetadataList(t *testing.T) {
 	l := obj.(*metav1.PartialObjectMetadataList)
 	if l.ResourceVersion != "9" || len(l.Items) != 1 || !equality.Semantic.DeepEqual(l.Items[0].ObjectMeta, pod.ObjectMeta) {
 		t.Fatalf("decoded %+v", l)
+	}
+}
+
+// TestMetadataListsMatchSerializer: the PartialObjectMetadataList of both
+// versions byte for byte as the apiserver's serializer writes it —
+// meta.k8s.io/v1beta1's numbers its items 1 and its metadata 2, so its
+// metadata comes after the items.
+func TestMetadataListsMatchSerializer(t *testing.T) {
+	p := NewProtobuf(1<<20, nil)
+	rem := int64(3)
+	for _, meta := range []metav1.ListMeta{{ResourceVersion: "9", Continue: "tok", RemainingItemCount: &rem}, {ResourceVersion: "5"}} {
+		for _, n := range []int{0, 1, 4} {
+			v1 := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadataList", APIVersion: "meta.k8s.io/v1"}, ListMeta: meta}
+			v1beta1 := &metav1beta1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadataList", APIVersion: "meta.k8s.io/v1beta1"}, ListMeta: meta}
+			var msgs [][]byte
+			for i := range n {
+				pod := testPod(i)
+				md, err := p.Metadata(storeObj(t, pod, fmt.Sprint(i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				msgs = append(msgs, md)
+				item := metav1.PartialObjectMetadata{ObjectMeta: pod.ObjectMeta}
+				v1.Items = append(v1.Items, item)
+				v1beta1.Items = append(v1beta1.Items, item)
+			}
+			mb, err := meta.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []struct {
+				obj        kruntime.Object
+				apiVersion string
+				f          ListFormat
+			}{{v1, "meta.k8s.io/v1", ListMetaFirst}, {v1beta1, "meta.k8s.io/v1beta1", ListItemsFirst}} {
+				var want bytes.Buffer
+				if err := serializer.Encode(c.obj, &want); err != nil {
+					t.Fatal(err)
+				}
+				if got := List(c.apiVersion, "PartialObjectMetadataList", mb, msgs, c.f); !bytes.Equal(got, want.Bytes()) {
+					t.Fatalf("%s, %d items: list differs\n got %q\nwant %q", c.apiVersion, n, got, want.Bytes())
+				}
+			}
+		}
 	}
 }
 

@@ -61,6 +61,10 @@ const (
 	encProtobuf
 	// encProtobufPartialMetadata is PartialObjectMetadata(List) in protobuf.
 	encProtobufPartialMetadata
+	// The same two forms in meta.k8s.io/v1beta1, which the apiserver
+	// still serves to clients that ask for it.
+	encPartialMetadataV1beta1
+	encProtobufPartialMetadataV1beta1
 )
 
 // contentType is the response Content-Type of an encoding.
@@ -82,11 +86,43 @@ func (e encoding) String() string {
 		return "protobuf"
 	case encProtobufPartialMetadata:
 		return "protobuf PartialObjectMetadata"
+	case encPartialMetadataV1beta1:
+		return "PartialObjectMetadata v1beta1"
+	case encProtobufPartialMetadataV1beta1:
+		return "protobuf PartialObjectMetadata v1beta1"
 	}
 	return "JSON"
 }
 
-func (e encoding) isProtobuf() bool { return e == encProtobuf || e == encProtobufPartialMetadata }
+func (e encoding) isProtobuf() bool {
+	return e == encProtobuf || e == encProtobufPartialMetadata || e == encProtobufPartialMetadataV1beta1
+}
+
+// isPartialMetadata: PartialObjectMetadata(List), JSON or protobuf, either
+// version.
+func (e encoding) isPartialMetadata() bool {
+	switch e {
+	case encPartialMetadata, encProtobufPartialMetadata, encPartialMetadataV1beta1, encProtobufPartialMetadataV1beta1:
+		return true
+	}
+	return false
+}
+
+// metaAPIVersion is the apiVersion of a PartialObjectMetadata(List) form.
+func (e encoding) metaAPIVersion() string {
+	if e == encPartialMetadataV1beta1 || e == encProtobufPartialMetadataV1beta1 {
+		return "meta.k8s.io/v1beta1"
+	}
+	return "meta.k8s.io/v1"
+}
+
+// listFormat is how a protobuf list of e numbers its fields.
+func (e encoding) listFormat() encoding_.ListFormat {
+	if e == encProtobufPartialMetadataV1beta1 {
+		return encoding_.ListItemsFirst
+	}
+	return encoding_.ListMetaFirst
+}
 
 // notAcceptableProtobuf is the apiserver's 406 message for a protobuf form
 // it cannot produce (a custom resource, a Table).
@@ -118,6 +154,9 @@ func negotiateFor(res *resource, accept string, list bool) (encoding, error) {
 				}
 			case !metaGV:
 			case as == "PartialObjectMetadata" && !list, as == "PartialObjectMetadataList" && list:
+				if params["v"] == "v1beta1" {
+					return encProtobufPartialMetadataV1beta1, nil
+				}
 				return encProtobufPartialMetadata, nil
 			}
 			continue
@@ -135,6 +174,9 @@ func negotiateFor(res *resource, accept string, list bool) (encoding, error) {
 		case as == "Table":
 			return encTable, nil
 		case as == "PartialObjectMetadata" && !list, as == "PartialObjectMetadataList" && list:
+			if params["v"] == "v1beta1" {
+				return encPartialMetadataV1beta1, nil
+			}
 			return encPartialMetadata, nil
 		}
 	}
@@ -295,11 +337,11 @@ var errTableEncoding = errors.New("front: Table bodies are built by encodeTable"
 // watch frame embeds as is).
 func encodeObject(res *resource, enc encoding, o *store.Object) ([]byte, error) {
 	switch enc {
-	case encPartialMetadata:
-		return partialMetadata(o)
+	case encPartialMetadata, encPartialMetadataV1beta1:
+		return partialMetadata(o, enc.metaAPIVersion(), res.Entry.Custom)
 	case encTable:
 		return nil, errTableEncoding
-	case encProtobuf, encProtobufPartialMetadata:
+	case encProtobuf, encProtobufPartialMetadata, encProtobufPartialMetadataV1beta1:
 		apiVersion, kind, msg, err := protobufMessage(res, enc, o)
 		if err != nil {
 			return nil, err
@@ -313,7 +355,7 @@ func encodeObject(res *resource, enc encoding, o *store.Object) ([]byte, error) 
 // front's cache when warm) and the type its envelope names.
 func protobufMessage(res *resource, enc encoding, o *store.Object) (apiVersion, kind string, msg []byte, err error) {
 	apiVersion, kind = protobufType(res, enc)
-	if enc == encProtobufPartialMetadata {
+	if enc.isPartialMetadata() {
 		msg, err = res.protobuf.Metadata(o)
 		return apiVersion, kind, msg, err
 	}
@@ -323,8 +365,8 @@ func protobufMessage(res *resource, enc encoding, o *store.Object) (apiVersion, 
 
 // protobufType is what a protobuf enc's envelope names.
 func protobufType(res *resource, enc encoding) (apiVersion, kind string) {
-	if enc == encProtobufPartialMetadata {
-		return "meta.k8s.io/v1", "PartialObjectMetadata"
+	if enc.isPartialMetadata() {
+		return enc.metaAPIVersion(), "PartialObjectMetadata"
 	}
 	return res.GVR.GroupVersion().String(), res.APIResource.Kind
 }
@@ -379,7 +421,7 @@ func writeObject(w http.ResponseWriter, r *http.Request, res *resource, enc enco
 	if err != nil {
 		return writeErrorAs(w, enc, err)
 	}
-	if (enc == encJSON || enc == encPartialMetadata) && !bytes.HasSuffix(body, []byte("\n")) {
+	if (enc == encJSON || enc == encPartialMetadata || enc == encPartialMetadataV1beta1) && !bytes.HasSuffix(body, []byte("\n")) {
 		// The apiserver's JSON serializer ends the body with a newline (as
 		// json.Encoder does). body may be the stored bytes: append to a copy.
 		body = append(body[:len(body):len(body)], '\n')
@@ -428,7 +470,7 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, res *resource
 		writeJSONList(dst, res, head, items)
 		done()
 		return http.StatusOK
-	case encTable, encPartialMetadata:
+	case encTable, encPartialMetadata, encPartialMetadataV1beta1:
 		form := streamFormFor(r, res, enc)
 		if form == nil {
 			return writeTableWhole(w, r, res, items, true, meta)
@@ -471,7 +513,7 @@ func writeProtobufList(w http.ResponseWriter, r *http.Request, res *resource, en
 		return false, err
 	}
 	gvk := res.GVR.GroupVersion().WithKind(res.APIResource.Kind)
-	metadataOnly := enc == encProtobufPartialMetadata
+	metadataOnly, format := enc.isPartialMetadata(), enc.listFormat()
 	itemsLen := 0
 	for _, o := range items {
 		n, err := res.protobuf.MessageLen(gvk, o, metadataOnly)
@@ -481,15 +523,15 @@ func writeProtobufList(w http.ResponseWriter, r *http.Request, res *resource, en
 		itemsLen += encoding_.ListItemLen(n)
 	}
 	apiVersion, kind := protobufType(res, enc)
-	head := encoding_.ListHead(apiVersion, kind+"List", mb, itemsLen)
-	total := len(head) + itemsLen + len(encoding_.ListTail)
+	head, end := encoding_.ListHead(apiVersion, kind+"List", mb, itemsLen, format), encoding_.ListEnd(mb, format)
+	total := len(head) + itemsLen + len(end)
 	out, done := res.bodies.start(w, acceptsGzip(r) && total > gzipThreshold, enc)
 	dst := &droppingWriter{w: out}
 	_, _ = dst.Write(head)
 	scratch := make([]byte, 0, 16)
 	written := 0
 	for _, o := range items {
-		n, err := res.protobuf.WriteListItem(dst, gvk, o, metadataOnly, &scratch)
+		n, err := res.protobuf.WriteListItem(dst, gvk, o, metadataOnly, format, &scratch)
 		if err != nil {
 			return true, err
 		}
@@ -500,7 +542,7 @@ func writeProtobufList(w http.ResponseWriter, r *http.Request, res *resource, en
 	if written != itemsLen {
 		return true, fmt.Errorf("protobuf list of %s: items are %d bytes, %d declared", res.label, written, itemsLen)
 	}
-	_, _ = dst.Write([]byte(encoding_.ListTail))
+	_, _ = dst.Write(end)
 	done()
 	return true, nil
 }
@@ -568,27 +610,43 @@ func marshalLine(v any) ([]byte, error) {
 
 // partialMetadata renders an object as PartialObjectMetadata: its metadata
 // bytes as stored, wrapped in the meta.k8s.io TypeMeta.
-func partialMetadata(o *store.Object) ([]byte, error) {
+func partialMetadata(o *store.Object, apiVersion string, custom bool) ([]byte, error) {
 	var out bytes.Buffer
-	if err := writePartialMetadata(&out, o.Raw); err != nil {
+	if err := writePartialMetadata(&out, apiVersion, o.Raw, custom); err != nil {
 		return nil, err
 	}
 	return out.Bytes(), nil
 }
 
-// partialMetadataPrefix starts every PartialObjectMetadata.
-const partialMetadataPrefix = `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":`
-
-// writePartialMetadata writes the PartialObjectMetadata of an object's
-// stored bytes to w; nothing when they do not decode.
-func writePartialMetadata(w io.Writer, raw []byte) error {
+// writePartialMetadata writes the PartialObjectMetadata (of apiVersion) of
+// an object's stored bytes to w; nothing when they do not decode.
+//
+// A built-in object's metadata is stored as the apiserver's typed
+// ObjectMeta wrote it, so it is copied as is. A custom resource is stored
+// as unstructured JSON, whose keys are sorted; the apiserver's answer
+// (meta.AsPartialObjectMetadata) is the typed ObjectMeta, in struct
+// order, so the custom resource's is decoded into one and encoded again.
+func writePartialMetadata(w io.Writer, apiVersion string, raw []byte, custom bool) error {
 	var m struct {
 		Metadata json.RawMessage `json:"metadata"`
 	}
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return err
 	}
-	_, _ = io.WriteString(w, partialMetadataPrefix)
+	if custom && len(m.Metadata) > 0 {
+		var om metav1.ObjectMeta
+		if err := json.Unmarshal(m.Metadata, &om); err != nil {
+			return err
+		}
+		b, err := json.Marshal(&om)
+		if err != nil {
+			return err
+		}
+		m.Metadata = b
+	}
+	_, _ = io.WriteString(w, `{"kind":"PartialObjectMetadata","apiVersion":"`)
+	_, _ = io.WriteString(w, apiVersion)
+	_, _ = io.WriteString(w, `","metadata":`)
 	_, _ = w.Write(m.Metadata)
 	_, _ = w.Write([]byte{'}'})
 	return nil

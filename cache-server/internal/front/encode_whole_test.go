@@ -20,7 +20,7 @@ func encodeList(res *resource, enc encoding, meta metav1.ListMeta, items []*stor
 	switch enc {
 	case encTable:
 		return nil, errTableEncoding
-	case encProtobuf, encProtobufPartialMetadata:
+	case encProtobuf, encProtobufPartialMetadata, encProtobufPartialMetadataV1beta1:
 		mb, err := meta.Marshal()
 		if err != nil {
 			return nil, err
@@ -37,14 +37,14 @@ func encodeList(res *resource, enc encoding, meta metav1.ListMeta, items []*stor
 				return nil, err
 			}
 		}
-		if enc == encProtobufPartialMetadata {
-			return encoding_.List("meta.k8s.io/v1", "PartialObjectMetadataList", mb, msgs), nil
+		if enc.isPartialMetadata() {
+			return encoding_.List(enc.metaAPIVersion(), "PartialObjectMetadataList", mb, msgs, enc.listFormat()), nil
 		}
-		return encoding_.List(res.GVR.GroupVersion().String(), res.APIResource.Kind+"List", mb, msgs), nil
+		return encoding_.List(res.GVR.GroupVersion().String(), res.APIResource.Kind+"List", mb, msgs, encoding_.ListMetaFirst), nil
 	}
 	kind, apiVersion := res.APIResource.Kind+"List", res.GVR.GroupVersion().String()
-	if enc == encPartialMetadata {
-		kind, apiVersion = "PartialObjectMetadataList", "meta.k8s.io/v1"
+	if enc.isPartialMetadata() {
+		kind, apiVersion = "PartialObjectMetadataList", enc.metaAPIVersion()
 	}
 	head, err := jsonListHead(kind, apiVersion, meta)
 	if err != nil {
@@ -67,7 +67,7 @@ func encodeList(res *resource, enc encoding, meta metav1.ListMeta, items []*stor
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		md, err := partialMetadata(o)
+		md, err := partialMetadata(o, apiVersion, res.Entry.Custom)
 		if err != nil {
 			return nil, err
 		}

@@ -202,7 +202,7 @@ func TestFleetListFormFailures(t *testing.T) {
 			continue
 		}
 		bad := badData
-		if f.enc == encPartialMetadata {
+		if f.enc.isPartialMetadata() {
 			bad = broken
 		}
 		for _, c := range []struct {

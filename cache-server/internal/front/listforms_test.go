@@ -33,6 +33,8 @@ var (
 		{"protobuf", encProtobuf, encoding_.ProtobufMediaType, ""},
 		{"protobuf metadata", encProtobufPartialMetadata, encoding_.ProtobufMediaType + ";as=PartialObjectMetadataList;g=meta.k8s.io;v=v1", ""},
 		{"JSON metadata", encPartialMetadata, "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1", ""},
+		{"protobuf metadata v1beta1", encProtobufPartialMetadataV1beta1, encoding_.ProtobufMediaType + ";as=PartialObjectMetadataList;g=meta.k8s.io;v=v1beta1", ""},
+		{"JSON metadata v1beta1", encPartialMetadataV1beta1, "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1beta1", ""},
 		{"Table", encTable, tableV1, ""},
 		{"Table None", encTable, tableV1, "?includeObject=None"},
 		{"Table Object", encTable, tableV1, "?includeObject=Object"},
@@ -155,7 +157,7 @@ func TestStreamedListFormFailures(t *testing.T) {
 	badData := &store.Object{Key: "bench/cm-bad", Namespace: "bench", Name: "cm-bad", Raw: []byte(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm-bad","namespace":"bench","resourceVersion":"7","creationTimestamp":"2026-11-21T10:00:00Z"},"data":7}`)}
 	for _, f := range listForms {
 		bad := broken
-		if f.enc != encPartialMetadata && f.enc != encProtobufPartialMetadata {
+		if !f.enc.isPartialMetadata() {
 			bad = badData
 		}
 		first := append([]*store.Object{bad}, result.Items...)

@@ -61,8 +61,8 @@ func streamFormFor(r *http.Request, res *resource, enc encoding) streamForm {
 	switch enc {
 	case encJSON:
 		return &jsonForm{res: res, prefix: itemPrefix(res)}
-	case encPartialMetadata:
-		return &metadataForm{}
+	case encPartialMetadata, encPartialMetadataV1beta1:
+		return &metadataForm{form: enc, custom: res.Entry.Custom}
 	case encTable:
 		opts, err := tableOptions(r)
 		if err != nil {
@@ -107,11 +107,15 @@ func (f *jsonForm) tail() []byte           { return []byte(jsonListTail) }
 // partialMetadata's, cut from its stored bytes. The apiserver builds the
 // list by appending to a nil slice, so an empty one is "items":null, not
 // []: the head ends before the bracket, which the first item opens.
-type metadataForm struct{ n int }
+type metadataForm struct {
+	form   encoding // its version
+	custom bool     // writePartialMetadata's
+	n      int
+}
 
-func (f *metadataForm) enc() encoding { return encPartialMetadata }
+func (f *metadataForm) enc() encoding { return f.form }
 func (f *metadataForm) head(meta metav1.ListMeta) ([]byte, error) {
-	h, err := jsonListHead("PartialObjectMetadataList", "meta.k8s.io/v1", meta)
+	h, err := jsonListHead("PartialObjectMetadataList", f.form.metaAPIVersion(), meta)
 	return bytes.TrimSuffix(h, []byte("[")), err
 }
 
@@ -122,7 +126,7 @@ func (f *metadataForm) item(w itemWriter, raw []byte) error {
 	}
 	_ = w.WriteByte(sep)
 	f.n++
-	return writePartialMetadata(w, raw)
+	return writePartialMetadata(w, f.form.metaAPIVersion(), raw, f.custom)
 }
 func (f *metadataForm) flush(itemWriter) error { return nil }
 func (f *metadataForm) tail() []byte {

@@ -318,7 +318,7 @@ func (ww *watchWriter) writeEvent(o watch.Out) error {
 		// A large message is streamed from the JSON for this watcher
 		// (encoding.Protobuf.WriteMessage).
 		apiVersion, kind := protobufType(ww.res, ww.enc)
-		err := ww.res.protobuf.WriteMessage(ww.w, ww.res.GVR.GroupVersion().WithKind(ww.res.APIResource.Kind), obj, ww.enc == encProtobufPartialMetadata,
+		err := ww.res.protobuf.WriteMessage(ww.w, ww.res.GVR.GroupVersion().WithKind(ww.res.APIResource.Kind), obj, ww.enc.isPartialMetadata(),
 			func(msgLen int) (head, tail []byte) {
 				return encoding_.WatchObjectFrame(o.Type, apiVersion, kind, msgLen)
 			})
