@@ -141,17 +141,16 @@ func (s *Server) directedHere(w http.ResponseWriter, q url.Values, verb, label s
 	if err == nil && (!ok || want == s.holds) {
 		return true
 	}
-	status := apierrors.NewBadRequest("")
 	outcome := "error"
+	var st metav1.Status
 	if err != nil {
-		status = err.(*apierrors.StatusError)
+		st = err.(apierrors.APIStatus).Status() // ParseHashRange's 400
 	} else {
-		status.ErrStatus.Code, status.ErrStatus.Reason = shardwire.StatusMisdirected, metav1.StatusReasonUnknown
-		status.ErrStatus.Message = fmt.Sprintf("this replica holds hash shards %s, not %s", s.holds, want)
 		outcome = "misdirected"
+		st = metav1.Status{Status: metav1.StatusFailure, Code: shardwire.StatusMisdirected,
+			Message: fmt.Sprintf("this replica holds hash shards %s, not %s", s.holds, want)}
 		s.log.V(1).Info("refused a request for other hash shards", "verb", verb, "holds", s.holds.String(), "asked", want.String())
 	}
-	st := status.ErrStatus
 	st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
 	body, _ := json.Marshal(st)
 	w.Header().Set("Content-Type", "application/json")
