@@ -46,6 +46,7 @@ const (
 	CertificateExpiringSoon = "CachetierCertificateExpiringSoon"
 	OpenAPIStale            = "CachetierOpenAPIStale"
 	PriorityLevelRejecting  = "CachetierPriorityLevelRejecting"
+	FrontShardRangeMissing  = "CachetierFrontShardRangeMissing"
 	ShardNoReadyReplica     = "CachetierShardNoReadyReplica"
 	ProfileDegraded         = "CachetierProfileDegraded"
 	OperatorReconcileErrors = "CachetierOperatorReconcileErrors"
@@ -158,6 +159,20 @@ func FleetRules(s FleetScope) []Group {
 			Labels: map[string]string{"severity": "warning"},
 			Annotations: annotations(PriorityLevelRejecting, "The tier keeps rejecting requests of a priority level with 429.",
 				"{{ $labels.job }} has rejected requests at priority level {{ $labels.priority_level }} for 5 minutes ({{ $value | humanize }}/s, 429 with Retry-After): the clients of its flow schemas ask for more than the level's share of the tier's seats."),
+		},
+		{
+			Alert: FrontShardRangeMissing,
+			// While the shard count changes, fronts of the old topology
+			// find fewer and fewer replicas holding their ranges, until
+			// the rollout replaces them (minutes). A front that finds
+			// none for 15 minutes answers 503 and is not being replaced:
+			// the rollout is stuck. The counter moves on every retry
+			// (each read, and the change stream at least every 5 s).
+			Expr:   fmt.Sprintf(`sum by (namespace, job, pod, shard) (rate(cachetier_fleet_shard_calls_total{%s,outcome="misdirected"}[5m])) > 0`, m),
+			For:    "15m",
+			Labels: map[string]string{"severity": "warning"},
+			Annotations: annotations(FrontShardRangeMissing, "A front finds no replica of a shard holding the hash shards it expects.",
+				"{{ $labels.pod }} has found no replica of {{ $labels.shard }} holding the hash shards its topology gives that shard for 15 minutes: it answers reads with 503 and its watches wait; a change of the shard count is not completing."),
 		},
 	}
 	return []Group{{Name: "cachetier-fleet-" + s.Profile, Rules: rules}}
