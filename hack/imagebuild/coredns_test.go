@@ -37,7 +37,7 @@ import (
 func TestCorefile(t *testing.T) {
 	root := repoRoot(t)
 	bin := filepath.Join(t.TempDir(), "coredns")
-	if err := goBuild(t.Context(), filepath.Join(root, "hack", "coredns-build"), bin, "."); err != nil {
+	if err := goBuild(t.Context(), filepath.Join(root, "hack", "coredns-build"), bin, ".", goFlags{}); err != nil {
 		t.Fatal(err)
 	}
 	cp := controlplane.StartForTest(t, controlplane.Options{})

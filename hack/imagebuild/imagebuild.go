@@ -1,5 +1,6 @@
 // Package imagebuild builds the container images the test node runs —
-// cachetier's own, the pause (sandbox) image and CoreDNS — without a
+// cachetier's own, the pause (sandbox) image, CoreDNS and the monitoring
+// stack (Prometheus Operator, its reloader, Prometheus) — without a
 // container engine or a registry: binaries from the Go toolchain, images
 // from hack/ociimage, each written as an OCI archive that
 // `ctr -n k8s.io images import` loads.
@@ -44,10 +45,16 @@ const (
 	CoreDNS   = "coredns"
 	// NetCheck is hack/netcheck, the probe pod of hack/cluster's own test.
 	NetCheck = "netcheck"
+	// The monitoring stack of e2e/observability (monitoring.go).
+	PromOperator   = "prometheus-operator"
+	ConfigReloader = "prometheus-config-reloader"
+	Prometheus     = "prometheus"
 )
 
 // Names lists every image, in build order.
-func Names() []string { return []string{Cachetier, Pause, CoreDNS, NetCheck} }
+func Names() []string {
+	return []string{Cachetier, Pause, CoreDNS, NetCheck, PromOperator, ConfigReloader, Prometheus}
+}
 
 // Repositories of the images; the tag is added from the content. cachetier's
 // is the one the manifests and the bundle name. The others never leave the
@@ -222,12 +229,12 @@ func buildOne(ctx context.Context, opts Options, name string) (Image, error) {
 		}
 		spec, repo, tagPrefix = cachetierSpec(binDir), cachetierRepo, "dev"
 	case Pause:
-		if err := goBuild(ctx, opts.Root, filepath.Join(binDir, "pause"), "./hack/pause"); err != nil {
+		if err := goBuild(ctx, opts.Root, filepath.Join(binDir, "pause"), "./hack/pause", goFlags{}); err != nil {
 			return Image{}, err
 		}
 		spec, repo, tagPrefix = pauseSpec(binDir), pauseRepo, "dev"
 	case NetCheck:
-		if err := goBuild(ctx, opts.Root, filepath.Join(binDir, "netcheck"), "./hack/netcheck"); err != nil {
+		if err := goBuild(ctx, opts.Root, filepath.Join(binDir, "netcheck"), "./hack/netcheck", goFlags{}); err != nil {
 			return Image{}, err
 		}
 		spec, repo, tagPrefix = binarySpec(binDir, "netcheck", nonrootUID, map[string]string{
@@ -240,10 +247,28 @@ func buildOne(ctx context.Context, opts Options, name string) (Image, error) {
 		if err != nil {
 			return Image{}, err
 		}
-		if err := goBuild(ctx, module, filepath.Join(binDir, "coredns"), "."); err != nil {
+		if err := goBuild(ctx, module, filepath.Join(binDir, "coredns"), ".", goFlags{}); err != nil {
 			return Image{}, err
 		}
 		spec, repo, tagPrefix = corednsSpec(binDir, version), corednsRepo, version
+	case PromOperator:
+		version, err := buildPromOperator(ctx, opts.Root, binDir, "operator")
+		if err != nil {
+			return Image{}, err
+		}
+		spec, repo, tagPrefix = promOperatorSpec(binDir, version), promOperatorRepo, version
+	case ConfigReloader:
+		version, err := buildPromOperator(ctx, opts.Root, binDir, "prometheus-config-reloader")
+		if err != nil {
+			return Image{}, err
+		}
+		spec, repo, tagPrefix = configReloaderSpec(binDir, version), configReloaderRepo, version
+	case Prometheus:
+		release, err := buildPrometheus(ctx, opts.Root, binDir)
+		if err != nil {
+			return Image{}, err
+		}
+		spec, repo, tagPrefix = prometheusSpec(binDir, release), prometheusRepo, "v"+release
 	default:
 		return Image{}, fmt.Errorf("unknown image %q", name)
 	}
@@ -306,30 +331,41 @@ func buildEnv() []string {
 	return []string{"GOOS=linux", "GOARCH=amd64", "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false -ldflags=-buildid="}
 }
 
+// goFlags are what a binary's build adds to goBuild's: build tags and
+// linker flags (version stamping).
+type goFlags struct{ tags, ldflags string }
+
 // goBuild builds one static, reproducible binary the way the build stage
-// builds cachetier's, stripped: the pause and CoreDNS binaries have no
+// builds cachetier's, stripped: the binaries of the other images have no
 // Dockerfile to agree with, and their symbols only cost image size.
-func goBuild(ctx context.Context, dir, out, pkg string) error {
+func goBuild(ctx context.Context, dir, out, pkg string, f goFlags) error {
 	env := append(buildEnv()[:3:3], "GOFLAGS=-buildvcs=false")
-	return run(ctx, dir, env, "go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", out, pkg)
+	args := []string{"build", "-trimpath", "-ldflags=-s -w -buildid= " + f.ldflags, "-o", out}
+	if f.tags != "" {
+		args = append(args, "-tags", f.tags)
+	}
+	return run(ctx, dir, env, "go", append(args, pkg)...)
 }
 
 // moduleVersion is the version of module that the go.mod in dir requires.
 func moduleVersion(ctx context.Context, dir, module string) (string, error) {
-	var stdout bytes.Buffer
-	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Version}}", module)
+	v, err := moduleField(ctx, dir, module, "{{.Version}}")
+	if err == nil && v == "" {
+		err = fmt.Errorf("%s/go.mod does not require %s", dir, module)
+	}
+	return v, err
+}
+
+// moduleField is `go list -m -f format module` in dir.
+func moduleField(ctx context.Context, dir, module, format string) (string, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", format, module)
 	cmd.Dir = dir
-	cmd.Stdout = &stdout
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("go list -m %s in %s: %w\n%s", module, dir, err, stderr.Bytes())
 	}
-	v := strings.TrimSpace(stdout.String())
-	if v == "" {
-		return "", fmt.Errorf("%s/go.mod does not require %s", dir, module)
-	}
-	return v, nil
+	return strings.TrimSpace(stdout.String()), nil
 }
 
 // run runs a build command with env added to the environment; its output
@@ -428,11 +464,16 @@ func corednsSpec(binDir, version string) ociimage.Spec {
 // binarySpec is an image of one static binary, /<name>, its entrypoint,
 // run as uid:uid (numeric: no /etc/passwd needed).
 func binarySpec(binDir, name string, uid int, labels map[string]string) ociimage.Spec {
+	return binaryAt(binDir, name, "/"+name, uid, labels)
+}
+
+// binaryAt is binarySpec with the binary (binDir/name) at path.
+func binaryAt(binDir, name, path string, uid int, labels map[string]string) ociimage.Spec {
 	return ociimage.Spec{
-		Files: []ociimage.File{{Path: "/" + name, Mode: 0o755, Source: filepath.Join(binDir, name)}},
+		Files: []ociimage.File{{Path: path, Mode: 0o755, Source: filepath.Join(binDir, name)}},
 		Config: ociimage.Config{
 			User:       fmt.Sprintf("%d:%d", uid, uid),
-			Entrypoint: []string{"/" + name},
+			Entrypoint: []string{path},
 			Labels:     labels,
 		},
 	}
