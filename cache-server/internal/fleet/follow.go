@@ -35,6 +35,11 @@ func (s *Source) Run(ctx context.Context) {
 
 func (s *Source) follow(ctx context.Context, i int) {
 	shard := s.client.topo.Shards[i].Name
+	// Both series exist from the start at 0: a dashboard or alert sees
+	// "no restarts", not "no data", on a healthy front.
+	for _, reason := range []string{"error", "expired"} {
+		s.metrics.FleetStreamRestarts.WithLabelValues(s.label, shard, reason)
+	}
 	backoff := 100 * time.Millisecond
 	var from uint64 // 0: from now (the stream starts with its watermark)
 	for ctx.Err() == nil {
