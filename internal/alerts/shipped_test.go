@@ -19,7 +19,7 @@ const shippedPath = "../../config/prometheus/alerts.yaml"
 func shippedManifest(t *testing.T) []byte {
 	t.Helper()
 	obj, err := PrometheusRule("cachetier-operator", "cachetier-system",
-		map[string]string{"app.kubernetes.io/name": "cachetier", "app.kubernetes.io/component": "manager"}, OperatorRules())
+		map[string]string{"app.kubernetes.io/name": "cachetier", "app.kubernetes.io/component": "manager", "app.kubernetes.io/part-of": "cachetier"}, OperatorRules())
 	if err != nil {
 		t.Fatal(err)
 	}
