@@ -55,7 +55,7 @@ test-race: controlplane ## The unit tests of the concurrent packages under the r
 	go test -race -short $(GO_TEST_FLAGS) $(RACE_PKGS)
 
 .PHONY: dashboard-png
-dashboard-png: controlplane node-deps test-deps image ## Run e2e/observability (a real Prometheus scraping a fleet on a real node; root) and draw every dashboard's panels from that run into docs/*.png.
+dashboard-png: controlplane node-deps test-deps image ## Run e2e/observability (the Prometheus Operator and its Prometheus scraping a fleet on a real node; root) and draw every dashboard's panels from that run into docs/*.png.
 	CACHETIER_IMAGES=$(BIN)/images CACHETIER_DASHBOARD_PNG_DIR=$(CURDIR)/bin/dashboards go test ./e2e/observability -run TestDashboardsAndAlerts -count=1 -v -timeout 30m
 	cp bin/dashboards/cachetier-dashboard.png docs/dashboard.png
 	cp bin/dashboards/cachetier-operator-dashboard.png docs/operator-dashboard.png
@@ -73,7 +73,7 @@ build: ## Build all binaries into bin/.
 	CGO_ENABLED=0 go build -trimpath -o $(BIN)/ ./cmd/... ./cache-server/... ./hack/localcluster
 
 .PHONY: image
-image: ## Build the cachetier, pause and CoreDNS images as OCI archives into bin/images/ (no container engine needed; see images.json).
+image: ## Build the cachetier, pause, CoreDNS, network-probe, Prometheus Operator, config-reloader and Prometheus images as OCI archives into bin/images/ (no container engine needed; see images.json).
 	go run ./hack/imagebuild/cmd/imagebuild -out $(BIN)/images
 
 .PHONY: node-deps
@@ -81,8 +81,8 @@ node-deps: ## Install the Debian packages a local node needs (containerd, runc, 
 	hack/install-node-deps.sh
 
 .PHONY: test-deps
-test-deps: ## Install the Debian packages tests run (prometheus and promtool, from prometheus) when missing; as root it apt-get installs them.
-	hack/install-debian-deps.sh promtool=prometheus /usr/bin/prometheus=prometheus
+test-deps: ## Install the Debian packages tests run (promtool, from prometheus: the alert rules' unit tests) when missing; as root it apt-get installs it.
+	hack/install-debian-deps.sh promtool=prometheus
 
 .PHONY: controlplane
 controlplane: ## Build kube-apiserver, kubectl, etcd and the node's kubelet, kube-proxy, kube-scheduler, kube-controller-manager from the module proxy into bin/k8s/.

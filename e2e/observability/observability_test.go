@@ -3,7 +3,9 @@ package observability
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -15,17 +17,21 @@ import (
 	"github.com/cachetier/cachetier/hack/cluster"
 	"github.com/cachetier/cachetier/hack/dashboard"
 	"github.com/cachetier/cachetier/hack/nodeinstall"
-	"github.com/cachetier/cachetier/hack/promrun"
+	"github.com/cachetier/cachetier/hack/promapi"
 	"github.com/cachetier/cachetier/internal/alerts"
 )
 
 // TestDashboardsAndAlerts: with a workload writing and reading through the
-// tier, a shard loses every replica (the node is cordoned and the shard's
+// tier, the operator is stopped while the fleet's RBAC is revoked and its
+// serving certificate is about to expire (CachetierUpstreamAuthErrors and
+// CachetierCertificateExpiringSoon fire, and resolve once the operator is
+// back and repairs both); then a shard loses every replica (the node is cordoned and the shard's
 // pods deleted, so they cannot come back): CachetierShardNoReadyReplica
-// fires, then resolves when the node takes pods again. While it is
-// pending, every panel query of every shipped dashboard, with its
-// variables set to the values Prometheus has, returns series. Afterwards
-// the panels are drawn from the whole run.
+// fires, then resolves when the node takes pods again. Before the kill and
+// while the alert is pending, every panel query of every shipped
+// dashboard, with its variables set to the values Prometheus has, returns
+// series whose values are all finite. Afterwards the panels are drawn from
+// the whole run.
 func TestDashboardsAndAlerts(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
@@ -51,16 +57,39 @@ func TestDashboardsAndAlerts(t *testing.T) {
 	e.checkRulesHealthy(t)
 	e.waitWorkloadScraped(t, 2*time.Minute)
 	t.Logf("workload so far: %s", w)
+	// Every panel of the cache-server dashboard shows numbers on a healthy
+	// fleet under the workload (the operator's reconcile latencies have
+	// nothing to show while it has nothing to reconcile: they are
+	// checked while it works, with the shard down)...
+	if !t.Run("dashboards healthy", func(t *testing.T) { e.checkDashboards(t, "cachetier-dashboard.json") }) {
+		t.Fatalf("dashboards of a healthy fleet; workload: %s", w)
+	}
 
 	// The dashboards are checked while the shard is down and its alert
 	// pending: the rates' 5 min windows hold the healthy run before the
 	// kill and the errors after it, and the alert's 2 min `for:` is spent
 	// anyway.
-	dashboards := func(t *testing.T) { t.Run("dashboards", e.checkDashboards) }
+	// The operator stopped, the fleet's RBAC revoked and its certificate
+	// about to expire: both alerts fire; the operator back, both resolve
+	// (the auth alert's 5 min window runs out during the shard kill).
+	var faults *operatorFaults
+	if !t.Run("operator faults", func(t *testing.T) { faults = e.breakWhileOperatorStopped(t, p) }) {
+		t.Fatalf("the RBAC and certificate alerts failed; workload: %s", w)
+	}
+	if !t.Run("operator back", faults.restore) {
+		t.FailNow()
+	}
+	// ...and while a shard is down.
+	dashboards := func(t *testing.T) {
+		t.Run("dashboards shard down", func(t *testing.T) { e.checkDashboards(t) })
+	}
 	if !t.Run("shard alert", func(t *testing.T) {
 		e.killShard(t, p.Status.Shards[0].Name, int(p.Spec.ReplicasPerShard), dashboards)
 	}) {
 		t.Fatalf("the shard alert or the dashboards failed; workload: %s", w)
+	}
+	if !t.Run("operator faults resolved", faults.waitResolved) {
+		t.FailNow()
 	}
 	t.Run("render", func(t *testing.T) { e.renderDashboards(t, promStarted) })
 	e.checkRulesHealthy(t)
@@ -105,9 +134,7 @@ func (e *env) waitWorkloadScraped(t *testing.T, timeout time.Duration) {
 			if err == nil && len(s) > 0 {
 				break
 			}
-			if err := e.prom.Exited(); err != nil {
-				t.Fatal(err)
-			}
+			e.promRestarted(t)
 			if time.Since(start) > timeout {
 				t.Fatalf("prometheus has no %s after %s (err %v)", expr, timeout, err)
 			}
@@ -146,7 +173,7 @@ func (e *env) killShard(t *testing.T, sts string, replicas int, whilePending fun
 		}
 	}
 	t.Logf("node cordoned, %d pods of shard %s deleted", replicas, sts)
-	match := func(a promrun.Alert) bool {
+	match := func(a promapi.Alert) bool {
 		return a.Labels["alertname"] == alerts.ShardNoReadyReplica && a.Labels["shard"] == sts
 	}
 	pending := e.waitAlert(t, "pending", 3*time.Minute, match)
@@ -184,7 +211,7 @@ func (e *env) killShard(t *testing.T, sts string, replicas int, whilePending fun
 
 // waitAlert polls /api/v1/alerts until an alert matching match is in
 // state, or, with state "", until none matches (resolved).
-func (e *env) waitAlert(t *testing.T, state string, timeout time.Duration, match func(promrun.Alert) bool) promrun.Alert {
+func (e *env) waitAlert(t *testing.T, state string, timeout time.Duration, match func(promapi.Alert) bool) promapi.Alert {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -200,12 +227,10 @@ func (e *env) waitAlert(t *testing.T, state string, timeout time.Duration, match
 				}
 			}
 			if state == "" && !found {
-				return promrun.Alert{}
+				return promapi.Alert{}
 			}
 		}
-		if err := e.prom.Exited(); err != nil {
-			t.Fatal(err)
-		}
+		e.promRestarted(t)
 		if time.Now().After(deadline) {
 			t.Fatalf("alert not %q after %s (err %v): %v", state, timeout, err, all)
 		}
@@ -213,23 +238,27 @@ func (e *env) waitAlert(t *testing.T, state string, timeout time.Duration, match
 	}
 }
 
-// checkDashboards evaluates every panel query of every dashboard in
-// config/grafana through /api/v1/query with the dashboard's variables set
-// to all the values their label_values query finds. A query is retried
-// for a minute: rates need two scrapes of a series.
-func (e *env) checkDashboards(t *testing.T) {
+// checkDashboards evaluates every panel query of the dashboards in
+// config/grafana (only those named, if any) through /api/v1/query with the
+// dashboard's variables set to all the values their label_values query
+// finds. A query is retried for a minute: rates need two scrapes of a
+// series.
+func (e *env) checkDashboards(t *testing.T, only ...string) {
 	ctx := context.Background()
 	files, err := filepath.Glob(filepath.Join(e.root, "config", "grafana", "*.json"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no dashboards: %v", err)
 	}
 	for _, f := range files {
+		if len(only) > 0 && !slices.Contains(only, filepath.Base(f)) {
+			continue
+		}
 		d, err := dashboard.Load(f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		values := e.variableValues(t, d)
-		type query struct{ panel, expr string }
+		type query struct{ panel, expr, why string }
 		var pending []query
 		for _, p := range d.Panels {
 			for _, tg := range p.Targets {
@@ -237,7 +266,7 @@ func (e *env) checkDashboards(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				pending = append(pending, query{p.Title, q})
+				pending = append(pending, query{panel: p.Title, expr: q})
 			}
 		}
 		total := len(pending)
@@ -252,7 +281,11 @@ func (e *env) checkDashboards(t *testing.T) {
 					t.Errorf("%s / %s: %v", d.Title, q.panel, err)
 					continue
 				}
-				if len(s) == 0 {
+				if bad := notFinite(s); len(s) == 0 || bad != "" {
+					q.why = "no series"
+					if len(s) > 0 {
+						q.why = bad
+					}
 					empty = append(empty, q)
 					continue
 				}
@@ -267,13 +300,25 @@ func (e *env) checkDashboards(t *testing.T) {
 		if len(pending) > 0 {
 			var desc []string
 			for _, q := range pending {
-				desc = append(desc, fmt.Sprintf("%q: %s", q.panel, q.expr))
+				desc = append(desc, fmt.Sprintf("%q: %s: %s", q.panel, q.why, q.expr))
 			}
-			t.Errorf("%s: %d of %d panel queries returned no series:\n%s", d.Title, len(pending), total, strings.Join(desc, "\n"))
+			t.Errorf("%s: %d of %d panel queries returned no series or a value that is not finite:\n%s", d.Title, len(pending), total, strings.Join(desc, "\n"))
 		} else {
-			t.Logf("%s: all %d panel queries returned series", d.Title, total)
+			t.Logf("%s: all %d panel queries returned series, every value finite", d.Title, total)
 		}
 	}
+}
+
+// notFinite describes the first sample whose value is NaN or infinite (a
+// ratio of zero rates, a quantile of no observations: a panel that shows
+// nothing), or is "" when every value is a number.
+func notFinite(s []promapi.Sample) string {
+	for _, x := range s {
+		if math.IsNaN(x.Value) || math.IsInf(x.Value, 0) {
+			return fmt.Sprintf("%v = %g", x.Metric, x.Value)
+		}
+	}
+	return ""
 }
 
 // variableValues sets each query variable of d to all the values its

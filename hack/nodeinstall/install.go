@@ -49,6 +49,8 @@ type Installer struct {
 	Dir string
 	// Image is cachetier's image, imported into the node.
 	Image imagebuild.Image
+	// Images are all the images imported into the nodes (StartNodes).
+	Images []imagebuild.Image
 }
 
 // New returns an installer for c with an admin client.
@@ -88,9 +90,10 @@ func ImageNames() []string {
 }
 
 // Overlay is the kustomization a user writes to install a given image:
-// config/default (at base, relative to the overlay) with the image's tag
-// set by kustomize's images: transformer.
-func Overlay(base, imageRef string) (string, error) {
+// config/default (at base, relative to the overlay) and any further bases
+// (config/prometheus where the Prometheus Operator runs), with the image's
+// tag set by kustomize's images: transformer.
+func Overlay(base, imageRef string, more ...string) (string, error) {
 	// The tag follows the last colon after the last slash (a registry
 	// host may carry a port).
 	i := strings.LastIndex(imageRef, ":")
@@ -98,28 +101,37 @@ func Overlay(base, imageRef string) (string, error) {
 		return "", fmt.Errorf("image ref %q is not repository:tag", imageRef)
 	}
 	repo, tag := imageRef[:i], imageRef[i+1:]
+	resources := "- " + base + "\n"
+	for _, m := range more {
+		resources += "- " + m + "\n"
+	}
 	return fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-- %s
-images:
+%simages:
 - name: %s
   newTag: %s
-`, base, repo, tag), nil
+`, resources, repo, tag), nil
 }
 
 // InstallOperator writes the overlay, applies it with kubectl and waits
 // for every manager pod to turn Ready. It returns how long that took.
-func (in *Installer) InstallOperator(ctx context.Context, timeout time.Duration) (time.Duration, error) {
+// configDirs (relative to Root, e.g. "config/prometheus") are installed
+// with config/default.
+func (in *Installer) InstallOperator(ctx context.Context, timeout time.Duration, configDirs ...string) (time.Duration, error) {
 	overlay := filepath.Join(in.Dir, "overlay")
 	if err := os.MkdirAll(overlay, 0o755); err != nil {
 		return 0, err
 	}
-	base, err := filepath.Rel(overlay, filepath.Join(in.Root, "config", "default"))
-	if err != nil {
-		return 0, err
+	var bases []string
+	for _, d := range append([]string{filepath.Join("config", "default")}, configDirs...) {
+		rel, err := filepath.Rel(overlay, filepath.Join(in.Root, d))
+		if err != nil {
+			return 0, err
+		}
+		bases = append(bases, rel)
 	}
-	k, err := Overlay(base, in.Image.Ref)
+	k, err := Overlay(bases[0], in.Image.Ref, bases[1:]...)
 	if err != nil {
 		return 0, err
 	}

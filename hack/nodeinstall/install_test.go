@@ -17,31 +17,8 @@ import (
 // kubectl's kustomize: the manager Deployment runs exactly the image given,
 // which is also the image its fleets run (the manager reads its own pod).
 func TestOverlaySetsTheManagerImage(t *testing.T) {
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, err := controlplane.FindBinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	overlay := t.TempDir()
-	base, err := filepath.Rel(overlay, filepath.Join(root, "config", "default"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ref = "ghcr.io/cachetier/cachetier:dev-0123456789ab"
-	k, err := Overlay(base, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(filepath.Join(bin, "kubectl"), "kustomize", overlay).CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl kustomize: %v\n%s", err, out)
-	}
+	out := renderOverlay(t, ref, "default")
 	var images []string
 	for _, doc := range strings.Split(string(out), "\n---\n") {
 		if !strings.Contains(doc, "kind: Deployment") {
@@ -70,4 +47,68 @@ func TestOverlayTagParsing(t *testing.T) {
 	if err != nil || !strings.Contains(k, "name: localhost:5000/cachetier\n  newTag: v1\n") {
 		t.Fatalf("registry with a port: %v\n%s", err, k)
 	}
+}
+
+// TestOverlayWithPrometheus renders config/default with config/prometheus,
+// as e2e/observability installs them: the manager's ServiceMonitor and the
+// operator-wide PrometheusRule come along, labelled for the Prometheus
+// resource's selectors (MonitorSelector).
+func TestOverlayWithPrometheus(t *testing.T) {
+	out := renderOverlay(t, "ghcr.io/cachetier/cachetier:v1", "default", "prometheus")
+	label, value, _ := strings.Cut(MonitorSelector, ": ")
+	kinds := map[string]int{}
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		var obj struct {
+			Kind     string
+			Metadata struct{ Labels map[string]string }
+		}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		if obj.Kind != "ServiceMonitor" && obj.Kind != "PrometheusRule" {
+			continue
+		}
+		kinds[obj.Kind]++
+		if obj.Metadata.Labels[label] != value {
+			t.Errorf("%s labels %v: want %s", obj.Kind, obj.Metadata.Labels, MonitorSelector)
+		}
+	}
+	if kinds["ServiceMonitor"] != 1 || kinds["PrometheusRule"] != 1 {
+		t.Errorf("rendered %v, want one ServiceMonitor and one PrometheusRule", kinds)
+	}
+}
+
+// renderOverlay writes the overlay a user writes for ref over the named
+// directories of config/ and renders it with kubectl's kustomize.
+func renderOverlay(t *testing.T, ref string, configDirs ...string) []byte {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := controlplane.FindBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay := t.TempDir()
+	var bases []string
+	for _, d := range configDirs {
+		rel, err := filepath.Rel(overlay, filepath.Join(root, "config", d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bases = append(bases, rel)
+	}
+	k, err := Overlay(bases[0], ref, bases[1:]...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(bin, "kubectl"), "kustomize", overlay).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl kustomize: %v\n%s", err, out)
+	}
+	return out
 }

@@ -13,18 +13,19 @@ import (
 )
 
 // StartNode starts a one-node cluster that runs cachetier (StartNodes).
-func StartNode(ctx context.Context, root, dir string, log io.Writer) (*Installer, cluster.Options, error) {
-	return StartNodes(ctx, root, dir, 1, log)
+func StartNode(ctx context.Context, root, dir string, log io.Writer, extraImages ...string) (*Installer, cluster.Options, error) {
+	return StartNodes(ctx, root, dir, 1, log, extraImages...)
 }
 
 // StartNodes starts a cluster of nodes nodes that runs cachetier: the
 // images `make image` built ($CACHETIER_IMAGES) or, without them, images
 // built into dir/images; then an installer for it. The caller stops the
 // cluster with Teardown. The tests of real nodes (e2e/...) share it so
-// each starts its cluster the same way.
-func StartNodes(ctx context.Context, root, dir string, nodes int, log io.Writer) (*Installer, cluster.Options, error) {
+// each starts its cluster the same way. extraImages (imagebuild names) are
+// imported as well, for what a test runs next to cachetier.
+func StartNodes(ctx context.Context, root, dir string, nodes int, log io.Writer, extraImages ...string) (*Installer, cluster.Options, error) {
 	start := time.Now()
-	images, err := imagebuild.Prebuilt(ctx, filepath.Join(dir, "images"), log, ImageNames()...)
+	images, err := imagebuild.Prebuilt(ctx, filepath.Join(dir, "images"), log, append(ImageNames(), extraImages...)...)
 	if err != nil {
 		return nil, cluster.Options{}, fmt.Errorf("images: %w", err)
 	}
@@ -42,6 +43,7 @@ func StartNodes(ctx context.Context, root, dir string, nodes int, log io.Writer)
 	if err != nil {
 		return nil, opts, errorsJoin(err, c.Stop())
 	}
+	in.Images = images
 	return in, opts, nil
 }
 

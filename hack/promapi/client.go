@@ -1,9 +1,9 @@
-// Package promrun runs a real Prometheus server (Debian's prometheus
-// package, /usr/bin/prometheus) as a process on loopback for tests, and
-// reads its HTTP API: instant and range queries, label values, targets,
-// rules and alerts. The tests that prove the dashboards and alerts use it so
-// that every query is evaluated by Prometheus itself.
-package promrun
+// Package promapi reads a Prometheus server's HTTP API for tests: instant
+// and range queries, label values, targets, rules and alerts. The tests
+// that prove the dashboards and alerts use it, so that every query is
+// evaluated by Prometheus itself (e2e/observability: the operator-managed
+// Prometheus on the test node).
+package promapi
 
 import (
 	"bytes"
@@ -11,135 +11,22 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
-
-	"github.com/cachetier/cachetier/hack/controlplane"
 )
 
-// Binary is Debian's Prometheus; `make test-deps` installs the package
-// (it ships promtool as well).
-const Binary = "/usr/bin/prometheus"
-
-// Server is a running Prometheus.
-type Server struct {
-	// URL is its HTTP API's base, http://127.0.0.1:PORT.
-	URL     string
-	LogPath string
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	waitErr error
-	client  *http.Client
+// Client calls one Prometheus.
+type Client struct {
+	// URL is the API's base, e.g. http://100.64.1.5:9090.
+	URL  string
+	http *http.Client
 }
 
-// Start runs Prometheus with the configuration file config, its data under
-// dir, listening on a free loopback port, and waits until it is ready.
-func Start(ctx context.Context, config, dir string) (*Server, error) {
-	if _, err := os.Stat(Binary); err != nil {
-		return nil, fmt.Errorf("%s: %w (install Debian's prometheus package: make test-deps)", Binary, err)
-	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	logPath := filepath.Join(dir, "prometheus.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	s := &Server{
-		URL:     fmt.Sprintf("http://127.0.0.1:%d", port),
-		LogPath: logPath,
-		exited:  make(chan struct{}),
-		client:  &http.Client{Timeout: 30 * time.Second},
-	}
-	s.cmd = exec.Command(Binary,
-		"--config.file="+config,
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port),
-		"--web.enable-lifecycle",
-		"--log.level=info",
-	)
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	// Its own process group, so that a test's interrupt reaches it only
-	// through Stop.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		return nil, err
-	}
-	go func() { s.waitErr = s.cmd.Wait(); close(s.exited) }()
-	if err := s.waitReady(ctx, time.Minute); err != nil {
-		_ = s.Stop()
-		return nil, err
-	}
-	return s, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func (s *Server) waitReady(ctx context.Context, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		select {
-		case <-s.exited:
-			return fmt.Errorf("prometheus exited: %v\n%s", s.waitErr, controlplane.LogTail(s.LogPath, 20))
-		default:
-		}
-		if resp, err := s.client.Get(s.URL + "/-/ready"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("prometheus not ready after %s\n%s", timeout, controlplane.LogTail(s.LogPath, 20))
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// Stop ends the process (SIGTERM, then SIGKILL after 10 s).
-func (s *Server) Stop() error {
-	select {
-	case <-s.exited:
-		return nil
-	default:
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	}
-	return nil
-}
-
-// Exited reports an error when the process has ended.
-func (s *Server) Exited() error {
-	select {
-	case <-s.exited:
-		return fmt.Errorf("prometheus exited: %v\n%s", s.waitErr, controlplane.LogTail(s.LogPath, 20))
-	default:
-		return nil
-	}
+// New returns a client for the Prometheus at url.
+func New(url string) *Client {
+	return &Client{URL: url, http: &http.Client{Timeout: 30 * time.Second}}
 }
 
 // apiResponse is the envelope of every /api/v1 answer.
@@ -152,8 +39,8 @@ type apiResponse struct {
 }
 
 // get calls an /api/v1 endpoint and decodes its data into out.
-func (s *Server) get(ctx context.Context, path string, params url.Values, out any) error {
-	u := s.URL + path
+func (c *Client) get(ctx context.Context, path string, params url.Values, out any) error {
+	u := c.URL + path
 	if len(params) > 0 {
 		u += "?" + params.Encode()
 	}
@@ -161,7 +48,7 @@ func (s *Server) get(ctx context.Context, path string, params url.Values, out an
 	if err != nil {
 		return err
 	}
-	resp, err := s.client.Do(req)
+	resp, err := c.http.Do(req)
 	if err != nil {
 		return err
 	}
@@ -194,12 +81,12 @@ type Series struct {
 }
 
 // Query evaluates expr now; a scalar answers as one sample without labels.
-func (s *Server) Query(ctx context.Context, expr string) ([]Sample, error) {
+func (c *Client) Query(ctx context.Context, expr string) ([]Sample, error) {
 	var d struct {
 		ResultType string          `json:"resultType"`
 		Result     json.RawMessage `json:"result"`
 	}
-	if err := s.get(ctx, "/api/v1/query", url.Values{"query": {expr}}, &d); err != nil {
+	if err := c.get(ctx, "/api/v1/query", url.Values{"query": {expr}}, &d); err != nil {
 		return nil, err
 	}
 	switch d.ResultType {
@@ -233,7 +120,7 @@ func (s *Server) Query(ctx context.Context, expr string) ([]Sample, error) {
 }
 
 // QueryRange evaluates expr from start to end at step.
-func (s *Server) QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) ([]Series, error) {
+func (c *Client) QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) ([]Series, error) {
 	var d struct {
 		ResultType string `json:"resultType"`
 		Result     []struct {
@@ -247,7 +134,7 @@ func (s *Server) QueryRange(ctx context.Context, expr string, start, end time.Ti
 		"end":   {strconv.FormatInt(end.Unix(), 10)},
 		"step":  {strconv.FormatFloat(step.Seconds(), 'f', -1, 64)},
 	}
-	if err := s.get(ctx, "/api/v1/query_range", params, &d); err != nil {
+	if err := c.get(ctx, "/api/v1/query_range", params, &d); err != nil {
 		return nil, err
 	}
 	out := make([]Series, 0, len(d.Result))
@@ -282,9 +169,9 @@ func parseValue(v any) (float64, error) {
 
 // LabelValues are the values of label on the series that match selector
 // (what Grafana's label_values(selector, label) asks).
-func (s *Server) LabelValues(ctx context.Context, label, selector string) ([]string, error) {
+func (c *Client) LabelValues(ctx context.Context, label, selector string) ([]string, error) {
 	var out []string
-	err := s.get(ctx, "/api/v1/label/"+url.PathEscape(label)+"/values", url.Values{"match[]": {selector}}, &out)
+	err := c.get(ctx, "/api/v1/label/"+url.PathEscape(label)+"/values", url.Values{"match[]": {selector}}, &out)
 	return out, err
 }
 
@@ -298,11 +185,11 @@ type Target struct {
 }
 
 // Targets are the active scrape targets.
-func (s *Server) Targets(ctx context.Context) ([]Target, error) {
+func (c *Client) Targets(ctx context.Context) ([]Target, error) {
 	var d struct {
 		Active []Target `json:"activeTargets"`
 	}
-	err := s.get(ctx, "/api/v1/targets", url.Values{"state": {"active"}}, &d)
+	err := c.get(ctx, "/api/v1/targets", url.Values{"state": {"active"}}, &d)
 	return d.Active, err
 }
 
@@ -315,11 +202,11 @@ type Alert struct {
 }
 
 // Alerts are the pending and firing alerts.
-func (s *Server) Alerts(ctx context.Context) ([]Alert, error) {
+func (c *Client) Alerts(ctx context.Context) ([]Alert, error) {
 	var d struct {
 		Alerts []Alert `json:"alerts"`
 	}
-	err := s.get(ctx, "/api/v1/alerts", nil, &d)
+	err := c.get(ctx, "/api/v1/alerts", nil, &d)
 	return d.Alerts, err
 }
 
@@ -336,7 +223,7 @@ type Rule struct {
 }
 
 // Rules are the loaded rules, with the file of their group.
-func (s *Server) Rules(ctx context.Context) ([]Rule, error) {
+func (c *Client) Rules(ctx context.Context) ([]Rule, error) {
 	var d struct {
 		Groups []struct {
 			Name  string `json:"name"`
@@ -344,7 +231,7 @@ func (s *Server) Rules(ctx context.Context) ([]Rule, error) {
 			Rules []Rule `json:"rules"`
 		} `json:"groups"`
 	}
-	if err := s.get(ctx, "/api/v1/rules", nil, &d); err != nil {
+	if err := c.get(ctx, "/api/v1/rules", nil, &d); err != nil {
 		return nil, err
 	}
 	var out []Rule
