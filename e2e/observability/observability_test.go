@@ -53,6 +53,7 @@ func TestDashboardsAndAlerts(t *testing.T) {
 	for _, tg := range targets {
 		t.Logf("  %s %s", tg.Labels["job"], tg.ScrapeURL)
 	}
+	e.checkMonitorsAccepted(t)
 	w := startWorkload(t, e, p.Status.ServerURL)
 	e.checkRulesHealthy(t)
 	e.waitWorkloadScraped(t, 2*time.Minute)

@@ -222,3 +222,60 @@ func (e *env) waitTargets(t *testing.T, want int, timeout time.Duration) []proma
 		time.Sleep(2 * time.Second)
 	}
 }
+
+// checkMonitorsAccepted: the Prometheus Operator accepted every ServiceMonitor
+// of cachetier for the Prometheus (its status binding's Accepted condition,
+// written with the StatusForConfigurationResources gate): neither the
+// shipped one nor the operator-rendered one was rejected.
+func (e *env) checkMonitorsAccepted(t *testing.T) {
+	t.Helper()
+	dc, err := dynamic.NewForConfig(e.in.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		list, err := dc.Resource(serviceMonitorsGVR).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=cachetier"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var problems []string
+		for _, sm := range list.Items {
+			if why := acceptedBy(sm.Object, nodeinstall.MonitoringNamespace, nodeinstall.PrometheusName); why != "" {
+				problems = append(problems, fmt.Sprintf("%s/%s: %s", sm.GetNamespace(), sm.GetName(), why))
+			}
+		}
+		if len(list.Items) == 2 && len(problems) == 0 {
+			t.Logf("the Prometheus Operator accepted %d ServiceMonitors of cachetier", len(list.Items))
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d ServiceMonitors of cachetier (want the manager's and the profile's), not accepted:\n%s\n%s", len(list.Items), strings.Join(problems, "\n"), e.promLogs())
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// acceptedBy is "" when a ServiceMonitor's status binds it to the
+// Prometheus namespace/name with Accepted=True, else what it says.
+func acceptedBy(obj map[string]any, namespace, name string) string {
+	bindings, _, _ := unstructured.NestedSlice(obj, "status", "bindings")
+	for _, b := range bindings {
+		bm, _ := b.(map[string]any)
+		if bm["resource"] != "prometheuses" || bm["namespace"] != namespace || bm["name"] != name {
+			continue
+		}
+		conds, _, _ := unstructured.NestedSlice(bm, "conditions")
+		for _, c := range conds {
+			cm, _ := c.(map[string]any)
+			if cm["type"] == "Accepted" {
+				if cm["status"] == "True" {
+					return ""
+				}
+				return fmt.Sprintf("Accepted=%v: %v: %v", cm["status"], cm["reason"], cm["message"])
+			}
+		}
+		return "no Accepted condition"
+	}
+	return fmt.Sprintf("no status binding to prometheuses %s/%s: %v", namespace, name, bindings)
+}

@@ -120,6 +120,12 @@ patches:
     - op: replace
       path: /spec/template/spec/containers/0/args/1
       value: --prometheus-config-reloader=%s
+# ServiceMonitors get a status: whether each Prometheus accepted them.
+- target: {kind: Deployment, name: prometheus-operator}
+  patch: |-
+    - op: add
+      path: /spec/template/spec/containers/0/args/-
+      value: --feature-gates=StatusForConfigurationResources=true
 `, MonitoringNamespace, resourceList(files), repo, tag, reloader.Ref)
 	if err := writeKustomization(dir, k, files); err != nil {
 		return err
