@@ -38,20 +38,9 @@ run: $(RUN_DEPS) ## Start a local control plane with sample data and the tier be
 	go build -o $(BIN)/cache-server ./cache-server
 	$(RUN_ENV) $(BIN)/localcluster $(RUN_ARGS)
 
-# e2e/observability spends most of its ~15 minutes waiting for alerts'
-# `for:` and rate windows to pass, with little CPU: it runs beside the
-# other packages instead of taking its turn in go test's queue, where it
-# made the suite's tail. Its output follows theirs.
-SOLO_PKG := e2e/observability
-
 .PHONY: test
 test: controlplane node-deps test-deps image vet test-race ## Everything CI runs: unit, fuzz seed corpora, integration tests against a real apiserver, promtool rule tests, end-to-end tests on a real node, and test-race.
-	@log=$(BIN)/test-$(subst /,-,$(SOLO_PKG)).log; \
-	CACHETIER_IMAGES=$(BIN)/images go test $(GO_TEST_FLAGS) ./$(SOLO_PKG) > $$log 2>&1 & solo=$$!; \
-	CACHETIER_IMAGES=$(BIN)/images go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v '/$(SOLO_PKG)$$'); rc=$$?; \
-	wait $$solo; solo_rc=$$?; cat $$log; \
-	echo "make test: ./$(SOLO_PKG) (run beside the rest) exit $$solo_rc, the rest exit $$rc"; \
-	[ $$rc -eq 0 ] && [ $$solo_rc -eq 0 ]
+	CACHETIER_IMAGES=$(BIN)/images go test $(GO_TEST_FLAGS) ./...
 
 # The packages that are concurrent by design — ingestion and freshness
 # waits, the store's readers and writers, watch fan-out, kept compressed
