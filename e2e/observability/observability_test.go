@@ -80,6 +80,11 @@ func TestDashboardsAndAlerts(t *testing.T) {
 	if !t.Run("operator back", faults.restore) {
 		t.FailNow()
 	}
+	// With the fleet's RBAC gone no watch-list completed: wait until
+	// Prometheus saw some complete again, or the watch-list panel's 5 min
+	// window would be empty while the shard is down (a down shard stops
+	// them all).
+	e.waitWorkloadScraped(t, 3*time.Minute)
 	// ...and while a shard is down.
 	dashboards := func(t *testing.T) {
 		t.Run("dashboards shard down", func(t *testing.T) { e.checkDashboards(t) })
