@@ -124,14 +124,13 @@ func (e *env) startPrometheus(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	rules, err := dc.Resource(prometheusRulesGVR).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=cachetier"})
+	rules, err := dc.Resource(prometheusRulesGVR).List(ctx, metav1.ListOptions{LabelSelector: nodeinstall.MonitorLabelSelector})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var names []string
 	for _, r := range rules.Items {
-		_, n := ruleGroups(t, r.Object)
-		e.ruleCount += n
+		e.ruleCount += alertingRules(t, r.Object)
 		names = append(names, r.GetNamespace()+"/"+r.GetName())
 	}
 	if len(rules.Items) != 2 {
@@ -180,9 +179,8 @@ func (e *env) promRestarted(t *testing.T) {
 	}
 }
 
-// ruleGroups returns a PrometheusRule's spec.groups and how many alerting
-// rules they hold.
-func ruleGroups(t *testing.T, obj map[string]any) ([]any, int) {
+// alertingRules is how many rules a PrometheusRule's spec.groups hold.
+func alertingRules(t *testing.T, obj map[string]any) int {
 	t.Helper()
 	spec, _ := obj["spec"].(map[string]any)
 	groups, _ := spec["groups"].([]any)
@@ -194,7 +192,7 @@ func ruleGroups(t *testing.T, obj map[string]any) ([]any, int) {
 	if n == 0 {
 		t.Fatalf("PrometheusRule without rules: %v", obj)
 	}
-	return groups, n
+	return n
 }
 
 // waitTargets waits until Prometheus scrapes want targets, all up.
@@ -235,7 +233,7 @@ func (e *env) checkMonitorsAccepted(t *testing.T) {
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		list, err := dc.Resource(serviceMonitorsGVR).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=cachetier"})
+		list, err := dc.Resource(serviceMonitorsGVR).List(context.Background(), metav1.ListOptions{LabelSelector: nodeinstall.MonitorLabelSelector})
 		if err != nil {
 			t.Fatal(err)
 		}

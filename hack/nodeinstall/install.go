@@ -89,18 +89,26 @@ func ImageNames() []string {
 	return []string{imagebuild.Cachetier, imagebuild.Pause, imagebuild.CoreDNS}
 }
 
+// splitImageRef splits repository:tag. The tag follows the last colon
+// after the last slash (a registry host may carry a port); a digest
+// reference is refused: kustomize's newTag could not express it.
+func splitImageRef(ref string) (repo, tag string, err error) {
+	i := strings.LastIndex(ref, ":")
+	if i < 0 || strings.Contains(ref[i:], "/") || strings.Contains(ref, "@") {
+		return "", "", fmt.Errorf("image ref %q is not repository:tag", ref)
+	}
+	return ref[:i], ref[i+1:], nil
+}
+
 // Overlay is the kustomization a user writes to install a given image:
 // config/default (at base, relative to the overlay) and any further bases
 // (config/prometheus where the Prometheus Operator runs), with the image's
 // tag set by kustomize's images: transformer.
 func Overlay(base, imageRef string, more ...string) (string, error) {
-	// The tag follows the last colon after the last slash (a registry
-	// host may carry a port).
-	i := strings.LastIndex(imageRef, ":")
-	if i < 0 || strings.Contains(imageRef[i:], "/") || strings.Contains(imageRef, "@") {
-		return "", fmt.Errorf("image ref %q is not repository:tag", imageRef)
+	repo, tag, err := splitImageRef(imageRef)
+	if err != nil {
+		return "", err
 	}
-	repo, tag := imageRef[:i], imageRef[i+1:]
 	resources := "- " + base + "\n"
 	for _, m := range more {
 		resources += "- " + m + "\n"
@@ -114,28 +122,38 @@ resources:
 `, resources, repo, tag), nil
 }
 
+// WriteOverlay writes Overlay into dir/kustomization.yaml for the
+// directories configDirs of the repository at root (config/default first).
+func WriteOverlay(dir, root, imageRef string, configDirs ...string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var bases []string
+	for _, d := range configDirs {
+		rel, err := filepath.Rel(dir, filepath.Join(root, d))
+		if err != nil {
+			return err
+		}
+		bases = append(bases, rel)
+	}
+	if len(bases) == 0 {
+		return fmt.Errorf("overlay %s: no config directory", dir)
+	}
+	k, err := Overlay(bases[0], imageRef, bases[1:]...)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644)
+}
+
 // InstallOperator writes the overlay, applies it with kubectl and waits
 // for every manager pod to turn Ready. It returns how long that took.
 // configDirs (relative to Root, e.g. "config/prometheus") are installed
 // with config/default.
 func (in *Installer) InstallOperator(ctx context.Context, timeout time.Duration, configDirs ...string) (time.Duration, error) {
 	overlay := filepath.Join(in.Dir, "overlay")
-	if err := os.MkdirAll(overlay, 0o755); err != nil {
-		return 0, err
-	}
-	var bases []string
-	for _, d := range append([]string{filepath.Join("config", "default")}, configDirs...) {
-		rel, err := filepath.Rel(overlay, filepath.Join(in.Root, d))
-		if err != nil {
-			return 0, err
-		}
-		bases = append(bases, rel)
-	}
-	k, err := Overlay(bases[0], in.Image.Ref, bases[1:]...)
-	if err != nil {
-		return 0, err
-	}
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+	dirs := append([]string{filepath.Join("config", "default")}, configDirs...)
+	if err := WriteOverlay(overlay, in.Root, in.Image.Ref, dirs...); err != nil {
 		return 0, err
 	}
 	start := time.Now()

@@ -1,7 +1,6 @@
 package nodeinstall
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -52,10 +51,9 @@ func TestOverlayTagParsing(t *testing.T) {
 // TestOverlayWithPrometheus renders config/default with config/prometheus,
 // as e2e/observability installs them: the manager's ServiceMonitor and the
 // operator-wide PrometheusRule come along, labelled for the Prometheus
-// resource's selectors (MonitorSelector).
+// resource's selectors (MonitorLabel).
 func TestOverlayWithPrometheus(t *testing.T) {
 	out := renderOverlay(t, "ghcr.io/cachetier/cachetier:v1", "default", "prometheus")
-	label, value, _ := strings.Cut(MonitorSelector, ": ")
 	kinds := map[string]int{}
 	for _, doc := range strings.Split(string(out), "\n---\n") {
 		var obj struct {
@@ -69,8 +67,8 @@ func TestOverlayWithPrometheus(t *testing.T) {
 			continue
 		}
 		kinds[obj.Kind]++
-		if obj.Metadata.Labels[label] != value {
-			t.Errorf("%s labels %v: want %s", obj.Kind, obj.Metadata.Labels, MonitorSelector)
+		if obj.Metadata.Labels[MonitorLabel] != MonitorLabelValue {
+			t.Errorf("%s labels %v: want %s", obj.Kind, obj.Metadata.Labels, MonitorLabelSelector)
 		}
 	}
 	if kinds["ServiceMonitor"] != 1 || kinds["PrometheusRule"] != 1 {
@@ -91,19 +89,11 @@ func renderOverlay(t *testing.T, ref string, configDirs ...string) []byte {
 		t.Fatal(err)
 	}
 	overlay := t.TempDir()
-	var bases []string
+	var dirs []string
 	for _, d := range configDirs {
-		rel, err := filepath.Rel(overlay, filepath.Join(root, "config", d))
-		if err != nil {
-			t.Fatal(err)
-		}
-		bases = append(bases, rel)
+		dirs = append(dirs, filepath.Join("config", d))
 	}
-	k, err := Overlay(bases[0], ref, bases[1:]...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+	if err := WriteOverlay(overlay, root, ref, dirs...); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(filepath.Join(bin, "kubectl"), "kustomize", overlay).CombinedOutput()

@@ -26,10 +26,12 @@ const (
 	// PrometheusName is the Prometheus resource; the operator names its
 	// StatefulSet prometheus-<name> and labels the pods prometheus=<name>.
 	PrometheusName = "cachetier"
-	// MonitorSelector is the label the Prometheus resource selects
-	// ServiceMonitors and PrometheusRules by: every one cachetier ships or
-	// renders carries it.
-	MonitorSelector = "app.kubernetes.io/part-of: cachetier"
+	// MonitorLabel=MonitorLabelValue is the label the Prometheus resource
+	// selects ServiceMonitors and PrometheusRules by: every one cachetier
+	// ships or renders carries it.
+	MonitorLabel         = "app.kubernetes.io/part-of"
+	MonitorLabelValue    = "cachetier"
+	MonitorLabelSelector = MonitorLabel + "=" + MonitorLabelValue
 )
 
 // MonitoringImages are the imagebuild images InstallPrometheusOperator and
@@ -65,12 +67,6 @@ func (in *Installer) image(name string) (imagebuild.Image, error) {
 	return img, nil
 }
 
-// splitRef splits repository:tag.
-func splitRef(ref string) (repo, tag string) {
-	i := strings.LastIndex(ref, ":")
-	return ref[:i], ref[i+1:]
-}
-
 // InstallPrometheusOperator installs the Prometheus Operator into
 // MonitoringNamespace the way its users do: upstream's CRDs (full schemas)
 // and install files through a kustomization that sets the namespace and
@@ -100,7 +96,10 @@ func (in *Installer) InstallPrometheusOperator(ctx context.Context, timeout time
 	for _, f := range upstreamOperatorFiles {
 		files = append(files, filepath.Join(src, "example", "rbac", "prometheus-operator", f))
 	}
-	repo, tag := splitRef(opImg.Ref)
+	repo, tag, err := splitImageRef(opImg.Ref)
+	if err != nil {
+		return err
+	}
 	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 namespace: %s
@@ -162,7 +161,7 @@ type Prometheus struct {
 
 // StartPrometheus creates a Prometheus resource in MonitoringNamespace with
 // upstream's RBAC for it, selecting every ServiceMonitor and PrometheusRule
-// labelled MonitorSelector in any namespace, as a kube-prometheus user
+// labelled MonitorLabel in any namespace, as a kube-prometheus user
 // points theirs at cachetier, and waits until the operator's pod for it is
 // Ready. evaluationInterval is the rules' (the scrape interval is the
 // operator's default, 30 s, where a ServiceMonitor sets none).
@@ -177,7 +176,10 @@ func (in *Installer) StartPrometheus(ctx context.Context, evaluationInterval str
 	}
 	// The image's tag is v<release>-<digest>; spec.version tells the
 	// operator which release's flags to render.
-	_, tag := splitRef(img.Ref)
+	_, tag, err := splitImageRef(img.Ref)
+	if err != nil {
+		return nil, err
+	}
 	version, _, _ := strings.Cut(tag, "-")
 	var files []string
 	for _, f := range upstreamPrometheusFiles {
@@ -201,12 +203,12 @@ spec:
   serviceAccountName: prometheus
   evaluationInterval: %s
   serviceMonitorSelector:
-    matchLabels: {%s}
+    matchLabels: {%[5]s: %[6]s}
   serviceMonitorNamespaceSelector: {}
   ruleSelector:
-    matchLabels: {%s}
+    matchLabels: {%[5]s: %[6]s}
   ruleNamespaceSelector: {}
-`, PrometheusName, version, img.Ref, evaluationInterval, MonitorSelector, MonitorSelector)
+`, PrometheusName, version, img.Ref, evaluationInterval, MonitorLabel, MonitorLabelValue)
 	if err := writeKustomization(dir, k, files); err != nil {
 		return nil, err
 	}
