@@ -77,14 +77,19 @@ func FleetRules(s FleetScope) []Group {
 		{
 			Alert: FleetLagging,
 			// The latest RV is what the apiserver reported at the last RV
-			// fetch; a cache that applies its stream is at or past it
-			// within milliseconds. Staying behind for minutes means the
-			// upstream stream is stuck or too slow.
-			Expr:   fmt.Sprintf(`max by (%s) (cachetier_upstream_latest_resource_version{%s} - cachetier_upstream_applied_resource_version{%s}) > 0`, by, m, m),
+			// fetch. A cache whose stream is live reaches it within
+			// milliseconds when the resource changes or a consistent read
+			// proves progress, but on a quiet resource whose consistent
+			// reads do not complete (a sibling shard down fails them
+			// before the wait) only the apiserver's next bookmark, about
+			// a minute later, carries it: compared with the RV reported
+			// two minutes earlier, a live stream is never behind, and a
+			// stuck or too slow one stays behind.
+			Expr:   fmt.Sprintf(`max by (%s) ((cachetier_upstream_latest_resource_version{%s} offset 2m) - cachetier_upstream_applied_resource_version{%s}) > 0`, by, m, m),
 			For:    "5m",
 			Labels: map[string]string{"severity": "warning"},
 			Annotations: annotations(FleetLagging, "The cache tier is falling behind the apiserver.",
-				"{{ $labels.pod }} has not applied {{ $labels.resource }} up to the resourceVersion the apiserver reported for 5 minutes ({{ $value }} revisions behind); consistent reads will time out with 504."),
+				"{{ $labels.pod }} has not applied {{ $labels.resource }} up to the resourceVersion the apiserver reported two minutes earlier, for 5 minutes ({{ $value }} revisions behind); consistent reads will time out with 504."),
 		},
 		{
 			Alert: FreshnessTimeouts,
@@ -93,7 +98,7 @@ func FleetRules(s FleetScope) []Group {
 			For:    "5m",
 			Labels: map[string]string{"severity": "warning"},
 			Annotations: annotations(FreshnessTimeouts, "Consistent reads time out waiting for the cache (504).",
-				"{{ $value | humanizePercentage }} of {{ $labels.resource }} requests to {{ $labels.job }} end in 504: the cache did not reach the apiserver's resourceVersion within freshnessTimeout."),
+				"{{ $value | humanizePercentage }} of {{ $labels.resource }} requests to {{ $labels.job }} end in 504: the cache did not reach the apiserver's resourceVersion within freshnessTimeout, or could not read it from the apiserver."),
 		},
 		{
 			Alert:  SlowWatchersTerminated,
