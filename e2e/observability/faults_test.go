@@ -18,6 +18,7 @@ import (
 
 	cachev1alpha1 "github.com/cachetier/cachetier/api/v1alpha1"
 	"github.com/cachetier/cachetier/controllers"
+	"github.com/cachetier/cachetier/hack/cluster"
 	"github.com/cachetier/cachetier/hack/nodeinstall"
 	"github.com/cachetier/cachetier/hack/promapi"
 	"github.com/cachetier/cachetier/internal/alerts"
@@ -99,7 +100,7 @@ func (f *operatorFaults) restore(t *testing.T) {
 func (f *operatorFaults) waitResolved(t *testing.T) {
 	for _, name := range []string{alerts.CertificateExpiringSoon, alerts.UpstreamAuthErrors} {
 		f.e.waitAlert(t, "", 9*time.Minute, func(a promapi.Alert) bool { return a.Labels["alertname"] == name })
-		t.Logf("%s resolved %s after the operator came back", name, time.Since(f.started).Round(time.Second))
+		t.Logf("%s resolved within %s after the operator came back", name, time.Since(f.started).Round(time.Second))
 	}
 }
 
@@ -207,4 +208,73 @@ func parsePEMKey(t *testing.T, b []byte) any {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// apiserverCut is the fleet's shards cut off the apiserver while the
+// fronts, the aggregator and the operator keep it.
+type apiserverCut struct {
+	e       *env
+	unblock func(context.Context) error
+	lifted  time.Time
+}
+
+// cutShardsOffAPIServer drops, in the node's network, everything the
+// profile's shard pods send to the apiserver: their watches go silent and
+// no shard can read the apiserver's current resourceVersion, so the
+// fronts answer consistent reads with 504 ResourceVersionTooLarge (never
+// the cached data) and CachetierFreshnessTimeouts fires after its 5 min
+// `for:`. Then the cut is lifted.
+func (e *env) cutShardsOffAPIServer(t *testing.T, p *cachev1alpha1.CacheProfile) *apiserverCut {
+	ctx := context.Background()
+	pods, err := e.in.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: controllers.LabelProfile + "=" + p.Name + "," + controllers.LabelComponent + "=" + controllers.ComponentShard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ips []string
+	for _, pod := range pods.Items {
+		if pod.Status.PodIP == "" || pod.Spec.NodeName != cluster.NodeName {
+			t.Fatalf("shard pod %s: IP %q on node %q", pod.Name, pod.Status.PodIP, pod.Spec.NodeName)
+		}
+		ips = append(ips, pod.Status.PodIP)
+	}
+	if want := int(p.Spec.Shards * p.Spec.ReplicasPerShard); len(ips) != want {
+		t.Fatalf("%d shard pods, want %d", len(ips), want)
+	}
+	c := &apiserverCut{e: e}
+	if c.unblock, err = e.in.Cluster.BlockAPIServer(ctx, cluster.NodeName, ips); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.lift(t) })
+	cut := time.Now()
+	t.Logf("shard pods %v cut off the apiserver", ips)
+	match := func(a promapi.Alert) bool {
+		return a.Labels["alertname"] == alerts.FreshnessTimeouts && a.Labels["namespace"] == ns
+	}
+	firing := e.waitAlert(t, "firing", 9*time.Minute, match)
+	t.Logf("%s firing %s after the cut: %v, %q", alerts.FreshnessTimeouts, time.Since(cut).Round(time.Second), firing.Labels, firing.Annotations["description"])
+	if firing.Labels["severity"] != "warning" || firing.Labels["job"] != p.Name+"-front" {
+		t.Errorf("%s labels %v: want severity warning, job %s-front", alerts.FreshnessTimeouts, firing.Labels, p.Name)
+	}
+	c.lift(t)
+	return c
+}
+
+// lift gives the shards the apiserver back (once).
+func (c *apiserverCut) lift(t *testing.T) {
+	if c.unblock == nil {
+		return
+	}
+	if err := c.unblock(context.Background()); err != nil {
+		t.Error(err)
+	}
+	c.unblock = nil
+	c.lifted = time.Now()
+}
+
+// waitResolved waits until no consistent read has timed out for the
+// alert's 5 min window: the shards caught up with the apiserver by
+// themselves.
+func (c *apiserverCut) waitResolved(t *testing.T) {
+	c.e.waitAlert(t, "", 9*time.Minute, func(a promapi.Alert) bool { return a.Labels["alertname"] == alerts.FreshnessTimeouts })
+	t.Logf("%s resolved within %s after the shards reached the apiserver again", alerts.FreshnessTimeouts, time.Since(c.lifted).Round(time.Second))
 }

@@ -22,16 +22,23 @@ import (
 )
 
 // TestDashboardsAndAlerts: with a workload writing and reading through the
-// tier, the operator is stopped while the fleet's RBAC is revoked and its
-// serving certificate is about to expire (CachetierUpstreamAuthErrors and
-// CachetierCertificateExpiringSoon fire, and resolve once the operator is
-// back and repairs both); then a shard loses every replica (the node is cordoned and the shard's
-// pods deleted, so they cannot come back): CachetierShardNoReadyReplica
-// fires, then resolves when the node takes pods again. Before the kill and
-// while the alert is pending, every panel query of every shipped
-// dashboard, with its variables set to the values Prometheus has, returns
-// series whose values are all finite. Afterwards the panels are drawn from
-// the whole run.
+// tier, five faults make five alerts fire through the operator-managed
+// Prometheus, and each resolves once its cause is gone:
+//   - the operator stopped while the fleet's RBAC is revoked and its
+//     serving certificate is about to expire: CachetierUpstreamAuthErrors
+//     and CachetierCertificateExpiringSoon (the operator back repairs
+//     both);
+//   - the shards cut off the apiserver in the node's network:
+//     CachetierFreshnessTimeouts (consistent reads answered 504);
+//   - a shard without any replica (the node cordoned, the shard's pods
+//     deleted, so they cannot come back) for longer than 10 min:
+//     CachetierShardNoReadyReplica, then CachetierProfileDegraded (the
+//     node uncordoned brings them back).
+//
+// On the healthy fleet and while the shard is down, every panel query of
+// every shipped dashboard, with its variables set to the values
+// Prometheus has, returns series whose values are all finite. Afterwards
+// the panels are drawn from the whole run.
 func TestDashboardsAndAlerts(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
@@ -80,19 +87,56 @@ func TestDashboardsAndAlerts(t *testing.T) {
 	if !t.Run("operator back", faults.restore) {
 		t.FailNow()
 	}
-	// With the fleet's RBAC gone no watch-list completed: wait until
-	// Prometheus saw some complete again, or the watch-list panel's 5 min
-	// window would be empty while the shard is down (a down shard stops
-	// them all).
+	// The shards cut off the apiserver: consistent reads time out.
+	var cut *apiserverCut
+	if !t.Run("apiserver unreachable", func(t *testing.T) { cut = e.cutShardsOffAPIServer(t, p) }) {
+		t.Fatalf("the freshness alert failed; workload: %s", w)
+	}
+	// With the fleet's RBAC gone, and then the apiserver, no watch-list
+	// completed: wait until Prometheus saw some complete again, or the
+	// watch-list panel's 5 min window would be empty while the shard is
+	// down (a down shard stops them all).
 	e.waitWorkloadScraped(t, 3*time.Minute)
 	// ...and while a shard is down.
 	dashboards := func(t *testing.T) {
 		t.Run("dashboards shard down", func(t *testing.T) { e.checkDashboards(t) })
 	}
-	if !t.Run("shard alert", func(t *testing.T) {
-		e.killShard(t, p.Status.Shards[0].Name, int(p.Spec.ReplicasPerShard), dashboards)
+	degraded := func(a promapi.Alert) bool {
+		return a.Labels["alertname"] == alerts.ProfileDegraded && a.Labels["profile"] == p.Name
+	}
+	var killed time.Time
+	whileDown := func(t *testing.T, since time.Time) {
+		killed = since
+		// 10 min `for:` from the first evaluation that saw Degraded.
+		a := e.waitAlert(t, "firing", 13*time.Minute, degraded)
+		t.Logf("%s firing %s after the kill: %v, %q", alerts.ProfileDegraded, time.Since(killed).Round(time.Second), a.Labels, a.Annotations["description"])
+		// The other shard is healthy: its quiet resources' consistent
+		// reads fail on the down shard before they prove its progress,
+		// so its applied RV follows the apiserver's only at bookmarks,
+		// which must not read as lagging.
+		all, err := e.prom.Alerts(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range all {
+			if a.Labels["alertname"] == alerts.FleetLagging && a.State == "firing" {
+				t.Errorf("%s firing with the apiserver reachable: %v, %q", alerts.FleetLagging, a.Labels, a.Annotations["description"])
+			}
+		}
+	}
+	if !t.Run("shard alerts", func(t *testing.T) {
+		e.killShard(t, p.Status.Shards[0].Name, int(p.Spec.ReplicasPerShard), dashboards, whileDown)
 	}) {
-		t.Fatalf("the shard alert or the dashboards failed; workload: %s", w)
+		t.Fatalf("the shard alerts or the dashboards failed; workload: %s", w)
+	}
+	if !t.Run("degraded resolved", func(t *testing.T) {
+		e.waitAlert(t, "", 4*time.Minute, degraded)
+		t.Logf("%s resolved within %s after the kill", alerts.ProfileDegraded, time.Since(killed).Round(time.Second))
+	}) {
+		t.FailNow()
+	}
+	if !t.Run("apiserver reachable", cut.waitResolved) {
+		t.FailNow()
 	}
 	if !t.Run("operator faults resolved", faults.waitResolved) {
 		t.FailNow()
@@ -152,8 +196,9 @@ func (e *env) waitWorkloadScraped(t *testing.T, timeout time.Duration) {
 
 // killShard makes shard sts lose every replica for longer than the alert's
 // `for:` and checks the alert's whole life through /api/v1/alerts; while
-// the alert is pending it calls whilePending.
-func (e *env) killShard(t *testing.T, sts string, replicas int, whilePending func(*testing.T)) {
+// the alert is pending it calls whilePending, once it fires whileDown
+// (given the time of the kill), and then brings the replicas back.
+func (e *env) killShard(t *testing.T, sts string, replicas int, whilePending func(*testing.T), whileDown func(*testing.T, time.Time)) {
 	ctx := context.Background()
 	kc := e.in.Client
 	node := func(unschedulable bool) {
@@ -203,6 +248,7 @@ func (e *env) killShard(t *testing.T, sts string, replicas int, whilePending fun
 		}
 	}
 
+	whileDown(t, killed)
 	node(false)
 	uncordoned = true
 	recovered := time.Now()

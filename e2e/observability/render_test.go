@@ -2,6 +2,7 @@ package observability
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/cachetier/cachetier/hack/dashboard"
 	"github.com/cachetier/cachetier/hack/panelplot"
+	"github.com/cachetier/cachetier/hack/promapi"
 )
 
 // EnvPNGDir names a directory for the dashboards' pictures (`make
@@ -21,7 +23,12 @@ import (
 const EnvPNGDir = "CACHETIER_DASHBOARD_PNG_DIR"
 
 // renderDashboards draws every panel of each dashboard from the run's
-// range queries (from start to now) into <dashboard>.png.
+// range queries (from start to now) into <dashboard>.png. Over the whole
+// run too, a panel query must have returned data and never a value that
+// is not a number (NaN or ±Inf: a quantile or ratio of zero rates that
+// Grafana would draw as nothing); the instant checks while healthy and
+// while a shard is down ask more (a value now), this asks it of every
+// step.
 func (e *env) renderDashboards(t *testing.T, start time.Time) {
 	ctx := context.Background()
 	out := os.Getenv(EnvPNGDir)
@@ -55,6 +62,9 @@ func (e *env) renderDashboards(t *testing.T, start time.Time) {
 				if err != nil {
 					t.Fatalf("%s / %s: %v", d.Title, p.Title, err)
 				}
+				if why := rangeProblem(series); why != "" {
+					t.Errorf("%s / %s over the run: %s: %s", d.Title, p.Title, why, q)
+				}
 				for _, s := range series {
 					pp.Lines = append(pp.Lines, panelplot.Line{Label: dashboard.Legend(tg.LegendFormat, s.Metric), Times: s.Times, Values: s.Values})
 				}
@@ -78,6 +88,23 @@ func (e *env) renderDashboards(t *testing.T, start time.Time) {
 	}
 }
 
+// rangeProblem describes what makes a range query's result a panel that
+// shows nothing at some point of the run: no series at all, or a sample
+// that is NaN or infinite. It is "" for a good result.
+func rangeProblem(series []promapi.Series) string {
+	if len(series) == 0 {
+		return "no series"
+	}
+	for _, s := range series {
+		for i, v := range s.Values {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Sprintf("%v = %g at %s", s.Metric, v, s.Times[i].Format(time.TimeOnly))
+			}
+		}
+	}
+	return ""
+}
+
 // drawable reports whether a panel has a finite value to draw.
 func drawable(p panelplot.Panel) bool {
 	for _, l := range p.Lines {
@@ -88,4 +115,30 @@ func drawable(p panelplot.Panel) bool {
 		}
 	}
 	return false
+}
+
+func TestRangeProblem(t *testing.T) {
+	at := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	ser := func(vs ...float64) promapi.Series {
+		s := promapi.Series{Metric: map[string]string{"job": "x"}}
+		for i, v := range vs {
+			s.Times = append(s.Times, at.Add(time.Duration(i)*time.Minute))
+			s.Values = append(s.Values, v)
+		}
+		return s
+	}
+	for _, c := range []struct {
+		name   string
+		series []promapi.Series
+		want   string
+	}{
+		{"no series", nil, "no series"},
+		{"numbers, zeros included", []promapi.Series{ser(0, 1.5), ser(0)}, ""},
+		{"NaN in the second series", []promapi.Series{ser(1), ser(2, math.NaN())}, "map[job:x] = NaN at 10:01:00"},
+		{"+Inf", []promapi.Series{ser(math.Inf(1))}, "map[job:x] = +Inf at 10:00:00"},
+	} {
+		if got := rangeProblem(c.series); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
 }
