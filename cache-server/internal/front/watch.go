@@ -353,13 +353,8 @@ func (ww *watchWriter) encodeObject(o *store.Object) ([]byte, error) {
 // of a watch-list's initial events, the k8s.io/initial-events-end
 // annotation.
 func (ww *watchWriter) writeBookmark(rv uint64, initialEnd bool) error {
-	var b bytes.Buffer
-	b.WriteString(`{"kind":` + strconv.Quote(ww.res.APIResource.Kind) + `,"apiVersion":` + strconv.Quote(ww.res.GVR.GroupVersion().String()) + `,"metadata":{"resourceVersion":` + strconv.Quote(formatRV(rv)))
-	if initialEnd {
-		b.WriteString(`,"annotations":{` + strconv.Quote(initialEventsEnd) + `:"true"}`)
-	}
-	b.WriteString(`}}`)
-	o := &store.Object{Raw: b.Bytes(), RV: rv}
+	raw := bookmarkObject(ww.res.APIResource.Kind, ww.res.GVR.GroupVersion().String(), ww.res.Entry.Custom, rv, initialEnd)
+	o := &store.Object{Raw: raw, RV: rv}
 	var data []byte
 	var err error
 	if ww.enc == encJSON {
@@ -368,6 +363,31 @@ func (ww *watchWriter) writeBookmark(rv uint64, initialEnd bool) error {
 		return err
 	}
 	return ww.frame("BOOKMARK", data)
+}
+
+// bookmarkObject is a bookmark's object in JSON as kube-apiserver writes
+// it: for a built-in kind the typed object's field order (kind,
+// apiVersion; in ObjectMeta resourceVersion before annotations); for a
+// custom resource an Unstructured's, whose keys encoding/json sorts
+// (apiVersion, kind; annotations before resourceVersion).
+func bookmarkObject(kind, apiVersion string, custom bool, rv uint64, initialEnd bool) []byte {
+	var b bytes.Buffer
+	rvField := `"resourceVersion":` + strconv.Quote(formatRV(rv))
+	annotations := `"annotations":{` + strconv.Quote(initialEventsEnd) + `:"true"}`
+	if custom {
+		b.WriteString(`{"apiVersion":` + strconv.Quote(apiVersion) + `,"kind":` + strconv.Quote(kind) + `,"metadata":{`)
+		if initialEnd {
+			b.WriteString(annotations + ",")
+		}
+		b.WriteString(rvField + `}}`)
+		return b.Bytes()
+	}
+	b.WriteString(`{"kind":` + strconv.Quote(kind) + `,"apiVersion":` + strconv.Quote(apiVersion) + `,"metadata":{` + rvField)
+	if initialEnd {
+		b.WriteString("," + annotations)
+	}
+	b.WriteString(`}}`)
+	return b.Bytes()
 }
 
 // writeError writes the in-stream ERROR event with the error's Status.
