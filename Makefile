@@ -9,12 +9,6 @@ BIN            := $(CURDIR)/bin
 CONTROLPLANE   := $(BIN)/k8s/$(K8S_VERSION)-linux-amd64
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 GO_TEST_FLAGS  ?= -count=1 -timeout=40m
-# Tests and vet compile the module's dependencies as the images' static
-# binaries do (CGO_ENABLED=0, -trimpath; hack/imagebuild), so a cold run
-# compiles that tree once for both instead of twice. The race detector
-# needs cgo: test-race keeps the default.
-GO_STATIC      := CGO_ENABLED=0
-GO_STATIC_FLAG := -trimpath
 
 # Tests and envtest find the real kube-apiserver, etcd and kubectl here.
 export KUBEBUILDER_ASSETS := $(CONTROLPLANE)
@@ -44,37 +38,21 @@ run: $(RUN_DEPS) ## Start a local control plane with sample data and the tier be
 	go build -o $(BIN)/cache-server ./cache-server
 	$(RUN_ENV) $(BIN)/localcluster $(RUN_ARGS)
 
-# The node's images (e2e/install, e2e/nodes, hack/cluster) are built before
-# the tests; the monitoring stack's (Prometheus Operator, its reloader,
-# Prometheus: minutes of compiling on a cold machine) only for SOLO_PKGS,
-# which run beside the other packages: e2e/observability spends most of
-# its ~30 minutes waiting for alerts' `for:` (CachetierProfileDegraded's is
-# 10 min) and rate windows with little CPU, so it and the build before it
-# fill the rest's idle time instead of being the suite's tail; hack/imagebuild
-# checks the monitoring images. Their output follows the rest's.
-NODE_IMAGES := cachetier,pause,coredns,netcheck
-SOLO_PKGS   := e2e/observability hack/imagebuild
+# e2e/observability spends most of its ~30 minutes waiting for alerts'
+# `for:` (CachetierProfileDegraded's is 10 min) and rate windows to pass,
+# with little CPU: it runs beside the other packages instead of taking its
+# turn in go test's queue, where it would be the suite's tail. Its output
+# follows theirs.
+SOLO_PKG := e2e/observability
 
 .PHONY: test
-test: node-deps test-deps ## Everything CI runs: unit, fuzz seed corpora, integration tests against a real apiserver, promtool rule tests, end-to-end tests on a real node, and test-race.
-	@# The control plane and the node's images are independent builds; on a
-	@# cold machine each spends minutes waiting for module downloads that
-	@# the other's compiling fills. vet after the images: it then finds
-	@# their compiled packages.
-	$(MAKE) --no-print-directory -j2 --output-sync=target controlplane node-images-then-vet
-	@log=$(BIN)/test-solo.log; \
-	{ $(MAKE) --no-print-directory image IMAGES_OUT=$(BIN)/images-all && \
-	  CACHETIER_IMAGES=$(BIN)/images-all $(GO_STATIC) go test $(GO_STATIC_FLAG) $(GO_TEST_FLAGS) -timeout=50m $(addprefix ./,$(SOLO_PKGS)); } > $$log 2>&1 & solo=$$!; \
-	$(RACE_TEST); race_rc=$$?; \
-	CACHETIER_IMAGES=$(BIN)/images $(GO_STATIC) go test $(GO_STATIC_FLAG) $(GO_TEST_FLAGS) $$(go list ./... | grep -v $(foreach p,$(SOLO_PKGS),-e '/$(p)$$')); rc=$$?; \
+test: controlplane node-deps test-deps image vet test-race ## Everything CI runs: unit, fuzz seed corpora, integration tests against a real apiserver, promtool rule tests, end-to-end tests on a real node, and test-race.
+	@log=$(BIN)/test-$(subst /,-,$(SOLO_PKG)).log; \
+	CACHETIER_IMAGES=$(BIN)/images go test $(GO_TEST_FLAGS) -timeout=50m ./$(SOLO_PKG) > $$log 2>&1 & solo=$$!; \
+	CACHETIER_IMAGES=$(BIN)/images go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v '/$(SOLO_PKG)$$'); rc=$$?; \
 	wait $$solo; solo_rc=$$?; cat $$log; \
-	echo "make test: test-race exit $$race_rc; $(SOLO_PKGS) (with the monitoring images, beside the rest) exit $$solo_rc; the rest exit $$rc"; \
-	[ $$race_rc -eq 0 ] && [ $$rc -eq 0 ] && [ $$solo_rc -eq 0 ]
-
-.PHONY: node-images-then-vet
-node-images-then-vet:
-	$(MAKE) --no-print-directory image IMAGES=$(NODE_IMAGES)
-	$(MAKE) --no-print-directory vet
+	echo "make test: ./$(SOLO_PKG) (run beside the rest) exit $$solo_rc, the rest exit $$rc"; \
+	[ $$rc -eq 0 ] && [ $$solo_rc -eq 0 ]
 
 # The packages that are concurrent by design — ingestion and freshness
 # waits, the store's readers and writers, watch fan-out, kept compressed
@@ -84,11 +62,9 @@ node-images-then-vet:
 # fleet's model tests (page by page at a limit of 1), which `test` runs.
 RACE_PKGS := $(addprefix ./cache-server/internal/,store watch gzipchunks auth fleet upstream front shardwire shardserver sharedwait serving)
 
-RACE_TEST = go test -race -short $(GO_TEST_FLAGS) $(RACE_PKGS)
-
 .PHONY: test-race
 test-race: controlplane ## The unit tests of the concurrent packages under the race detector (make test runs it first).
-	$(RACE_TEST)
+	go test -race -short $(GO_TEST_FLAGS) $(RACE_PKGS)
 
 .PHONY: dashboard-png
 dashboard-png: controlplane node-deps test-deps image ## Run e2e/observability (the Prometheus Operator and its Prometheus scraping a fleet on a real node; root) and draw every dashboard's panels from that run into docs/*.png.
@@ -108,11 +84,9 @@ bench: controlplane ## Benchmarks, the tier and the real kube-apiserver side by 
 build: ## Build all binaries into bin/.
 	CGO_ENABLED=0 go build -trimpath -o $(BIN)/ ./cmd/... ./cache-server/... ./hack/localcluster
 
-IMAGES_OUT ?= $(BIN)/images
-
 .PHONY: image
-image: ## Build the cachetier, pause, CoreDNS, network-probe, Prometheus Operator, config-reloader and Prometheus images as OCI archives into bin/images/ (no container engine needed; see images.json). IMAGES=a,b builds only those; IMAGES_OUT=dir writes elsewhere.
-	go run ./hack/imagebuild/cmd/imagebuild -out $(IMAGES_OUT) $(if $(IMAGES),-images $(IMAGES))
+image: ## Build the cachetier, pause, CoreDNS, network-probe, Prometheus Operator, config-reloader and Prometheus images as OCI archives into bin/images/ (no container engine needed; see images.json). IMAGES=a,b builds only those.
+	go run ./hack/imagebuild/cmd/imagebuild -out $(BIN)/images $(if $(IMAGES),-images $(IMAGES))
 
 # What `make run CLUSTER=node` runs (nodeinstall.ImageNames): the monitoring
 # stack's images are for e2e/observability only.
@@ -156,7 +130,7 @@ fmt: ## gofmt the tree.
 .PHONY: vet
 vet: ## go vet, and fail on unformatted files.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run make fmt"; exit 1; }
-	$(GO_STATIC) go vet $(GO_STATIC_FLAG) ./...
+	go vet ./...
 
 .PHONY: help
 help: ## Show targets.
