@@ -240,6 +240,15 @@ func (c *Cluster) Node(name string) *Node {
 	return nil
 }
 
+// nodeNamed is Node, with an error naming the cluster's nodes when there
+// is none called name.
+func (c *Cluster) nodeNamed(name string) (*Node, error) {
+	if n := c.Node(name); n != nil {
+		return n, nil
+	}
+	return nil, fmt.Errorf("no node %q (nodes: %s)", name, strings.Join(c.NodeNames(), ", "))
+}
+
 // Clientset returns an admin client.
 func (c *Cluster) Clientset() (*kubernetes.Clientset, *rest.Config, error) {
 	cfg, err := c.RESTConfig()

@@ -204,9 +204,9 @@ func (n *Node) waitReady(ctx context.Context, since time.Time) error {
 // apiserver; the Node turns NotReady only when the node lifecycle
 // controller notices that its kubelet stopped renewing its lease.
 func (c *Cluster) StopNode(ctx context.Context, name string) error {
-	n := c.Node(name)
-	if n == nil {
-		return fmt.Errorf("no node %q (nodes: %s)", name, strings.Join(c.NodeNames(), ", "))
+	n, err := c.nodeNamed(name)
+	if err != nil {
+		return err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -215,7 +215,7 @@ func (c *Cluster) StopNode(ctx context.Context, name string) error {
 	}
 	n.down = true
 	// The cable first: nothing the dying node sends gets out.
-	err := setNodeLink(ctx, c.Addresses, n.Addresses, false)
+	err = setNodeLink(ctx, c.Addresses, n.Addresses, false)
 	for _, comp := range []string{procKubelet, procKubeProxy, procContainerd} {
 		c.KillProcess(n.proc(comp))
 	}
@@ -229,9 +229,9 @@ func (c *Cluster) StopNode(ctx context.Context, name string) error {
 // its cable plugged in, containerd, the kubelet and kube-proxy started
 // from the files the node kept. It returns once the Node is Ready again.
 func (c *Cluster) StartNode(ctx context.Context, name string) error {
-	n := c.Node(name)
-	if n == nil {
-		return fmt.Errorf("no node %q (nodes: %s)", name, strings.Join(c.NodeNames(), ", "))
+	n, err := c.nodeNamed(name)
+	if err != nil {
+		return err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()

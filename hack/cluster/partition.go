@@ -18,9 +18,9 @@ import (
 // calls into the pods and pod-to-pod traffic are untouched: only those
 // pods lose the apiserver. The returned unblock lifts it.
 func (c *Cluster) BlockAPIServer(ctx context.Context, node string, podIPs []string) (unblock func(context.Context) error, err error) {
-	n := c.Node(node)
-	if n == nil {
-		return nil, fmt.Errorf("no node %q (nodes: %s)", node, strings.Join(c.NodeNames(), ", "))
+	n, err := c.nodeNamed(node)
+	if err != nil {
+		return nil, err
 	}
 	if len(podIPs) == 0 {
 		return nil, fmt.Errorf("no pod to cut off the apiserver")
