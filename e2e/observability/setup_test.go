@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -163,6 +164,26 @@ func (e *env) promLogs() string {
 	return b.String()
 }
 
+// whyRestarted says how container c ended last time (OOMKilled, an exit
+// code, or 137 after the kubelet's liveness kill), with the pod's events
+// (which name failed probes) and that container's last lines before it.
+func (e *env) whyRestarted(c corev1.ContainerStatus) string {
+	var b strings.Builder
+	if term := c.LastTerminationState.Terminated; term != nil {
+		fmt.Fprintf(&b, "last termination of %s: reason %s, exit code %d, signal %d, %s to %s, message %q\n",
+			c.Name, term.Reason, term.ExitCode, term.Signal, term.StartedAt.Format(time.TimeOnly), term.FinishedAt.Format(time.TimeOnly), term.Message)
+	}
+	ctx := context.Background()
+	for _, args := range [][]string{
+		{"get", "events", "--field-selector", "involvedObject.name=" + e.promPod, "--sort-by=.lastTimestamp"},
+		{"logs", e.promPod, "-c", c.Name, "--previous", "--tail=30"},
+	} {
+		out, err := e.in.Cluster.RunKubectl(ctx, e.in.Cluster.AdminKubeconfig, append([]string{"-n", nodeinstall.MonitoringNamespace}, args...)...)
+		fmt.Fprintf(&b, "kubectl %s (err %v):\n%s\n", strings.Join(args, " "), err, out)
+	}
+	return b.String()
+}
+
 // promRestarted fails the test when a container of the Prometheus pod has
 // restarted or the pod is gone: later answers would come from a Prometheus
 // that lost its state.
@@ -174,7 +195,7 @@ func (e *env) promRestarted(t *testing.T) {
 	}
 	for _, c := range pod.Status.ContainerStatuses {
 		if c.RestartCount > 0 {
-			t.Fatalf("prometheus pod %s: container %s restarted %d times\n%s", e.promPod, c.Name, c.RestartCount, e.promLogs())
+			t.Fatalf("prometheus pod %s: container %s restarted %d times\n%s\n%s", e.promPod, c.Name, c.RestartCount, e.whyRestarted(c), e.promLogs())
 		}
 	}
 }

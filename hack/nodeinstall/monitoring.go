@@ -208,6 +208,14 @@ spec:
   ruleSelector:
     matchLabels: {%[5]s: %[6]s}
   ruleNamespaceSelector: {}
+  # Requests as a cluster operator sizes it (kube-prometheus asks 400Mi).
+  # Without any, the pod is BestEffort: its cgroup's cpu.weight is 1,
+  # against 4 for each fleet pod and 100 for the host's other work on two
+  # cores, and a Prometheus that cannot answer the liveness probe
+  # (/-/healthy, 3 s, six misses) is restarted; CI saw one restart
+  # mid-test, which loses the alerts' pending state. 500m is weight 20.
+  resources:
+    requests: {cpu: 500m, memory: 400Mi}
 `, PrometheusName, version, img.Ref, evaluationInterval, MonitorLabel, MonitorLabelValue)
 	if err := writeKustomization(dir, k, files); err != nil {
 		return nil, err
