@@ -660,7 +660,7 @@ func (r *CacheProfileReconciler) deleteSurplusShard(ctx context.Context, name st
 // the transitions a user cares about.
 func (r *CacheProfileReconciler) writeStatus(ctx context.Context, p *cachev1alpha1.CacheProfile, obs Observed, now time.Time) error {
 	st := ComputeStatus(p, r.Options, obs, now)
-	r.Metrics.Observe(p.Name, &st)
+	r.Metrics.Seen(p.Name)
 	if equality.Semantic.DeepEqual(st, p.Status) {
 		return nil
 	}

@@ -4,8 +4,11 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	cachev1alpha1 "github.com/cachetier/cachetier/api/v1alpha1"
 	"github.com/cachetier/cachetier/internal/metriclint"
 )
 
@@ -15,10 +18,12 @@ import (
 // controller-runtime's per-controller series exist).
 func TestMetricNamesFollowConventions(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := NewProfileMetrics(reg)
-	if err := metriclint.Populate(m.shardReady, m.condition); err != nil {
-		t.Fatal(err)
-	}
+	p := profileWithStatus("fleet", cachev1alpha1.CacheProfileStatus{
+		Shards:     []cachev1alpha1.ShardStatus{{Name: "fleet-shard-0", ReadyReplicas: 2}},
+		Conditions: []metav1.Condition{{Type: cachev1alpha1.ConditionDegraded, Status: metav1.ConditionFalse}},
+	})
+	m := NewProfileMetrics(reg, fake.NewClientBuilder().WithScheme(metricsScheme(t)).WithObjects(p).Build())
+	m.Seen(p.Name)
 	problems, err := metriclint.Problems(prometheus.Gatherers{reg, ctrlmetrics.Registry}, BoundedMetricLabels())
 	if err != nil {
 		t.Fatal(err)

@@ -1,40 +1,64 @@
 package controllers
 
 import (
+	"context"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	cachev1alpha1 "github.com/cachetier/cachetier/api/v1alpha1"
 )
 
-// ProfileMetrics exports what the reconciler observes of each profile, so
+// ProfileMetrics exports each profile's shard readiness and conditions, so
 // that alerts and dashboards see a shard whose pods are all gone (which
-// exports no metrics of its own) and every profile's conditions. Labels are
-// bounded by the number of profiles and their shards (at most 64 each).
+// exports no metrics of its own), and counts what the reconciler does.
+// Labels are bounded by the number of profiles and their shards (at most 64
+// each).
+//
+// Readiness and conditions are read from the profiles' status at scrape
+// time, as kube-state-metrics reads objects, and every replica exports them
+// from its own cache, not only the leader: a leader change (a lost lease, a
+// drain) then changes nothing in the series that alerts aggregate over
+// replicas, so a `for:` in progress is not restarted by a new `pod` label
+// or a scrape gap while the other replica takes the lease.
 type ProfileMetrics struct {
-	shardReady      *prometheus.GaugeVec   // profile, shard
-	condition       *prometheus.GaugeVec   // profile, type
 	lostPodsDeleted *prometheus.CounterVec // profile, component
 }
 
+// profileStatusCollector is the scrape-time half of ProfileMetrics.
+type profileStatusCollector struct {
+	profiles              client.Reader
+	shardReady, condition *prometheus.Desc
+}
+
+// collectTimeout bounds a scrape's read of the profiles: the first one on
+// a replica that is not leading starts the cache's CacheProfile informer
+// and waits for its initial list.
+const collectTimeout = 10 * time.Second
+
 // NewProfileMetrics creates the metrics and registers them on reg (the
-// manager passes controller-runtime's registry, which it serves).
-func NewProfileMetrics(reg prometheus.Registerer) *ProfileMetrics {
+// manager passes controller-runtime's registry, which it serves); profiles
+// is what the readiness and conditions are read from (the manager's cache).
+func NewProfileMetrics(reg prometheus.Registerer, profiles client.Reader) *ProfileMetrics {
 	m := &ProfileMetrics{
-		shardReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "cachetier_profile_shard_ready_replicas",
-			Help: "Ready replicas of each shard StatefulSet of a CacheProfile, as the operator last observed them.",
-		}, []string{"profile", "shard"}),
-		condition: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "cachetier_profile_condition",
-			Help: "A CacheProfile's status conditions (Available, Progressing, Degraded): 1 when True, 0 otherwise.",
-		}, []string{"profile", "type"}),
 		lostPodsDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cachetier_profile_lost_pods_deleted_total",
 			Help: "Fleet pods the operator deleted (grace period 0) after Kubernetes evicted them from an unreachable node, whose kubelet cannot complete the deletion: a StatefulSet replaces such a pod only once it is gone. By component (shard, front).",
 		}, []string{"profile", "component"}),
 	}
-	reg.MustRegister(m.shardReady, m.condition, m.lostPodsDeleted)
+	c := &profileStatusCollector{
+		profiles: profiles,
+		shardReady: prometheus.NewDesc("cachetier_profile_shard_ready_replicas",
+			"Ready replicas of each shard StatefulSet of a CacheProfile, from its status (status.shards[].readyReplicas); every operator replica exports it.",
+			[]string{"profile", "shard"}, nil),
+		condition: prometheus.NewDesc("cachetier_profile_condition",
+			"A CacheProfile's status conditions (Available, Progressing, Degraded): 1 when True, 0 otherwise; every operator replica exports it.",
+			[]string{"profile", "type"}, nil),
+	}
+	reg.MustRegister(m.lostPodsDeleted, c)
 	return m
 }
 
@@ -47,43 +71,57 @@ func (m *ProfileMetrics) LostPodDeleted(profile, component string) {
 	m.lostPodsDeleted.WithLabelValues(profile, component).Inc()
 }
 
-// Observe replaces a profile's series with what its status says. A nil
-// ProfileMetrics records nothing.
-func (m *ProfileMetrics) Observe(profile string, st *cachev1alpha1.CacheProfileStatus) {
+// Seen makes a profile's counters exist from the start, at 0, so that
+// rates and alerts over them see a series before the first lost node. A
+// nil ProfileMetrics records nothing.
+func (m *ProfileMetrics) Seen(profile string) {
 	if m == nil {
 		return
 	}
-	// Shards removed by a scale-down must not linger at their last value.
-	m.shardReady.DeletePartialMatch(prometheus.Labels{"profile": profile})
-	for _, s := range st.Shards {
-		m.shardReady.WithLabelValues(profile, s.Name).Set(float64(s.ReadyReplicas))
-	}
-	// The counters exist from the start, at 0, so that rates and alerts
-	// over them see a series before the first lost node.
 	for _, c := range []string{ComponentShard, ComponentFront} {
 		m.lostPodsDeleted.WithLabelValues(profile, c)
 	}
-	for _, t := range []string{cachev1alpha1.ConditionAvailable, cachev1alpha1.ConditionProgressing, cachev1alpha1.ConditionDegraded} {
-		v := 0.0
-		if meta.IsStatusConditionTrue(st.Conditions, t) {
-			v = 1
-		}
-		if meta.FindStatusCondition(st.Conditions, t) == nil {
-			m.condition.DeleteLabelValues(profile, t)
-			continue
-		}
-		m.condition.WithLabelValues(profile, t).Set(v)
-	}
 }
 
-// Forget drops a deleted profile's series.
+// Forget drops a deleted profile's counters (its readiness and conditions
+// go with the object).
 func (m *ProfileMetrics) Forget(profile string) {
 	if m == nil {
 		return
 	}
-	m.shardReady.DeletePartialMatch(prometheus.Labels{"profile": profile})
-	m.condition.DeletePartialMatch(prometheus.Labels{"profile": profile})
 	m.lostPodsDeleted.DeletePartialMatch(prometheus.Labels{"profile": profile})
+}
+
+func (c *profileStatusCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.shardReady
+	ch <- c.condition
+}
+
+func (c *profileStatusCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
+	defer cancel()
+	var list cachev1alpha1.CacheProfileList
+	if err := c.profiles.List(ctx, &list); err != nil {
+		// Not an invalid metric: that would fail the whole scrape, and
+		// the controller-runtime series with it.
+		log.FromContext(ctx).WithName("metrics").Error(err, "cannot read CacheProfiles for cachetier_profile_* metrics")
+		return
+	}
+	for _, p := range list.Items {
+		for _, s := range p.Status.Shards {
+			ch <- prometheus.MustNewConstMetric(c.shardReady, prometheus.GaugeValue, float64(s.ReadyReplicas), p.Name, s.Name)
+		}
+		for _, t := range []string{cachev1alpha1.ConditionAvailable, cachev1alpha1.ConditionProgressing, cachev1alpha1.ConditionDegraded} {
+			if meta.FindStatusCondition(p.Status.Conditions, t) == nil {
+				continue
+			}
+			v := 0.0
+			if meta.IsStatusConditionTrue(p.Status.Conditions, t) {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.condition, prometheus.GaugeValue, v, p.Name, t)
+		}
+	}
 }
 
 // BoundedMetricLabels are the label names the manager exports, each with a

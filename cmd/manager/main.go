@@ -97,7 +97,7 @@ func run(metricsAddr string, secureMetrics bool, probeAddr string, leaderElect b
 		Recorder: mgr.GetEventRecorder("cachetier-operator"),
 		Options:  controllers.Options{Namespace: namespace, DefaultImage: image, APIServerURL: apiServerURL},
 		// Served on the manager's metrics endpoint with controller-runtime's.
-		Metrics: controllers.NewProfileMetrics(ctrlmetrics.Registry),
+		Metrics: controllers.NewProfileMetrics(ctrlmetrics.Registry, mgr.GetCache()),
 		Now:     time.Now,
 		Rand:    rand.Reader,
 	}

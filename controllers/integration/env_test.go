@@ -182,7 +182,7 @@ func startHarness(t *testing.T) *harness {
 		Scheme:   scheme,
 		Recorder: mgr.GetEventRecorder("cachetier-operator"),
 		Options:  controllers.Options{Namespace: workloadNamespace, DefaultImage: "example.com/cachetier/cache-server:test", APIServerURL: cfg.Host},
-		Metrics:  controllers.NewProfileMetrics(h.metrics),
+		Metrics:  controllers.NewProfileMetrics(h.metrics, mgr.GetCache()),
 		Now:      func() time.Time { return time.Now().Add(time.Duration(h.clockSkew.Load())) },
 		Rand:     rand.Reader,
 	}

@@ -61,6 +61,7 @@ func TestDashboardsAndAlerts(t *testing.T) {
 		t.Logf("  %s %s", tg.Labels["job"], tg.ScrapeURL)
 	}
 	e.checkMonitorsAccepted(t)
+	e.waitStatusFromEveryReplica(t, p.Name, int(*mgr.Spec.Replicas), 2*time.Minute)
 	w := startWorkload(t, e, p.Status.ServerURL)
 	e.checkRulesHealthy(t)
 	e.waitWorkloadScraped(t, 2*time.Minute)
@@ -192,6 +193,28 @@ func (e *env) waitWorkloadScraped(t *testing.T, timeout time.Duration) {
 		}
 	}
 	t.Logf("prometheus saw the workload %s after it started", time.Since(start).Round(time.Second))
+}
+
+// waitStatusFromEveryReplica waits until Prometheus has the profile's
+// conditions from each of the operator's replicas, the one not leading
+// too: the alerts aggregate over them, so that a leader change in a
+// `for:` does not restart it (CI saw one restart the 10 min of
+// CachetierProfileDegraded when only the leader exported them).
+func (e *env) waitStatusFromEveryReplica(t *testing.T, profile string, replicas int, timeout time.Duration) {
+	t.Helper()
+	expr := fmt.Sprintf(`count by (profile) (cachetier_profile_condition{profile=%q, type="Available"})`, profile)
+	deadline := time.Now().Add(timeout)
+	for {
+		s, err := e.prom.Query(context.Background(), expr)
+		if err == nil && len(s) == 1 && int(s[0].Value) == replicas {
+			t.Logf("profile %s's conditions exported by all %d operator replicas", profile, replicas)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v (err %v), want %d replicas after %s", expr, s, err, replicas, timeout)
+		}
+		time.Sleep(2 * time.Second)
+	}
 }
 
 // killShard makes shard sts lose every replica for longer than the alert's

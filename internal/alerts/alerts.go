@@ -189,8 +189,11 @@ func FleetRules(s FleetScope) []Group {
 func OperatorRules() []Group {
 	rules := []Rule{
 		{
-			Alert:  ShardNoReadyReplica,
-			Expr:   `cachetier_profile_shard_ready_replicas == 0`,
+			Alert: ShardNoReadyReplica,
+			// Every operator replica exports it from the profile's
+			// status: aggregated over them (their pod and instance
+			// labels), a leader change does not restart the `for:`.
+			Expr:   `max by (namespace, job, profile, shard) (cachetier_profile_shard_ready_replicas) == 0`,
 			For:    "2m",
 			Labels: map[string]string{"severity": "critical"},
 			Annotations: annotations(ShardNoReadyReplica, "A shard has no ready replica.",
@@ -198,7 +201,7 @@ func OperatorRules() []Group {
 		},
 		{
 			Alert:  ProfileDegraded,
-			Expr:   `cachetier_profile_condition{type="Degraded"} == 1`,
+			Expr:   `max by (namespace, job, profile, type) (cachetier_profile_condition{type="Degraded"}) == 1`,
 			For:    "10m",
 			Labels: map[string]string{"severity": "warning"},
 			Annotations: annotations(ProfileDegraded, "A CacheProfile is Degraded.",
