@@ -13,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/cachetier/cachetier/hack/cluster"
 	"github.com/cachetier/cachetier/hack/dashboard"
@@ -125,9 +126,11 @@ func TestDashboardsAndAlerts(t *testing.T) {
 			}
 		}
 	}
-	if !t.Run("shard alerts", func(t *testing.T) {
+	shardAlerts := t.Run("shard alerts", func(t *testing.T) {
 		e.killShard(t, p.Status.Shards[0].Name, int(p.Spec.ReplicasPerShard), dashboards, whileDown)
-	}) {
+	})
+	e.logManagerRestarts(t)
+	if !shardAlerts {
 		t.Fatalf("the shard alerts or the dashboards failed; workload: %s", w)
 	}
 	if !t.Run("degraded resolved", func(t *testing.T) {
@@ -193,6 +196,33 @@ func (e *env) waitWorkloadScraped(t *testing.T, timeout time.Duration) {
 		}
 	}
 	t.Logf("prometheus saw the workload %s after it started", time.Since(start).Round(time.Second))
+}
+
+// logManagerRestarts says which operator replica leads and how each
+// replica's container last ended if it restarted (a leader that cannot
+// renew its lease exits): a leader change during the faults is what the
+// alerts' aggregation over replicas is for.
+func (e *env) logManagerRestarts(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	if l, err := e.in.Client.CoordinationV1().Leases(ns).Get(ctx, "cachetier-operator.cachetier.io", metav1.GetOptions{}); err == nil && l.Spec.HolderIdentity != nil {
+		t.Logf("operator lease held by %s (%d transitions)", *l.Spec.HolderIdentity, ptr.Deref(l.Spec.LeaseTransitions, 0))
+	}
+	pods, err := e.in.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: nodeinstall.ManagerSelector})
+	if err != nil {
+		t.Logf("operator pods: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		for _, c := range p.Status.ContainerStatuses {
+			if term := c.LastTerminationState.Terminated; term != nil {
+				t.Logf("operator pod %s: container %s restarted %d times, last ended %s (%s, exit code %d)",
+					p.Name, c.Name, c.RestartCount, term.FinishedAt.Format(time.TimeOnly), term.Reason, term.ExitCode)
+			} else {
+				t.Logf("operator pod %s: container %s restarted %d times", p.Name, c.Name, c.RestartCount)
+			}
+		}
+	}
 }
 
 // waitStatusFromEveryReplica waits until Prometheus has the profile's
