@@ -437,7 +437,7 @@ func (cp *ControlPlane) PID(name string) int {
 }
 
 // StopProcess stops a process started by StartProcess (SIGTERM to its
-// process group, SIGKILL after a minute) before the rest of the control plane,
+// process group, SIGKILL after stopGrace) before the rest of the control plane,
 // for callers whose teardown has an order. Stopping an unknown or already
 // stopped name does nothing.
 func (cp *ControlPlane) StopProcess(name string) error {
@@ -618,7 +618,7 @@ func (cp *ControlPlane) RunKubectl(ctx context.Context, kubeconfig string, args 
 	return out, nil
 }
 
-// Stop terminates the apiserver then etcd (SIGTERM, SIGKILL after a minute) and
+// Stop terminates the apiserver then etcd (SIGTERM, SIGKILL after stopGrace) and
 // removes the working directory if Start created it. Safe to call twice.
 func (cp *ControlPlane) Stop() error {
 	cp.stopOnce.Do(func() {
@@ -638,12 +638,15 @@ func (cp *ControlPlane) Stop() error {
 	return cp.stopErr
 }
 
-// stopGrace is how long a component has to exit after SIGTERM. A minute:
-// kube-apiserver's graceful termination drains its in-flight requests,
-// which its request timeout (60 s) bounds; on two busy cores it took more
-// than the 15 s this used to be (CI: e2e/nodes' teardown failed, every
-// test passed), and a kill there says nothing about cachetier.
-const stopGrace = time.Minute
+// stopGrace is how long a component has to exit after SIGTERM. Two
+// minutes: kube-apiserver's graceful termination waits for its in-flight
+// requests (each bounded by its 60 s request timeout) and for its HTTP
+// server's shutdown (bounded by the same 60 s). After e2e/nodes killed
+// nodes, connections from their dead pods and requests proxied to them
+// keep it there: CI saw it still running 15 s and then 60 s after
+// SIGTERM, its last log line "Stopped listening", every test passed. A
+// kill there says nothing about cachetier; one past both bounds does.
+const stopGrace = 2 * time.Minute
 
 // stopProcess sends SIGTERM to the process group and SIGKILL after
 // stopGrace, naming the component and its last log lines if it had to.
