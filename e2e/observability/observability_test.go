@@ -13,7 +13,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
 	"github.com/cachetier/cachetier/hack/cluster"
 	"github.com/cachetier/cachetier/hack/dashboard"
@@ -183,17 +182,7 @@ func (e *env) waitWorkloadScraped(t *testing.T, timeout time.Duration) {
 		`sum(rate(cachetier_watch_list_initial_events_seconds_count[5m])) > 0`,
 	}
 	for _, expr := range exprs {
-		for {
-			s, err := e.prom.Query(context.Background(), expr)
-			if err == nil && len(s) > 0 {
-				break
-			}
-			e.promRestarted(t)
-			if time.Since(start) > timeout {
-				t.Fatalf("prometheus has no %s after %s (err %v)", expr, timeout, err)
-			}
-			time.Sleep(2 * time.Second)
-		}
+		e.waitQuery(t, expr, start.Add(timeout), func(s []promapi.Sample) bool { return len(s) > 0 })
 	}
 	t.Logf("prometheus saw the workload %s after it started", time.Since(start).Round(time.Second))
 }
@@ -205,8 +194,8 @@ func (e *env) waitWorkloadScraped(t *testing.T, timeout time.Duration) {
 func (e *env) logManagerRestarts(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	if l, err := e.in.Client.CoordinationV1().Leases(ns).Get(ctx, "cachetier-operator.cachetier.io", metav1.GetOptions{}); err == nil && l.Spec.HolderIdentity != nil {
-		t.Logf("operator lease held by %s (%d transitions)", *l.Spec.HolderIdentity, ptr.Deref(l.Spec.LeaseTransitions, 0))
+	if leader, err := e.in.Leader(ctx); err == nil {
+		t.Logf("operator lease held by pod %s", leader.Name)
 	}
 	pods, err := e.in.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: nodeinstall.ManagerSelector})
 	if err != nil {
@@ -215,12 +204,7 @@ func (e *env) logManagerRestarts(t *testing.T) {
 	}
 	for _, p := range pods.Items {
 		for _, c := range p.Status.ContainerStatuses {
-			if term := c.LastTerminationState.Terminated; term != nil {
-				t.Logf("operator pod %s: container %s restarted %d times, last ended %s (%s, exit code %d)",
-					p.Name, c.Name, c.RestartCount, term.FinishedAt.Format(time.TimeOnly), term.Reason, term.ExitCode)
-			} else {
-				t.Logf("operator pod %s: container %s restarted %d times", p.Name, c.Name, c.RestartCount)
-			}
+			t.Logf("operator pod %s: container %s restarted %d times%s", p.Name, c.Name, c.RestartCount, lastEnded(c))
 		}
 	}
 }
@@ -233,15 +217,22 @@ func (e *env) logManagerRestarts(t *testing.T) {
 func (e *env) waitStatusFromEveryReplica(t *testing.T, profile string, replicas int, timeout time.Duration) {
 	t.Helper()
 	expr := fmt.Sprintf(`count by (profile) (cachetier_profile_condition{profile=%q, type="Available"})`, profile)
-	deadline := time.Now().Add(timeout)
+	e.waitQuery(t, expr, time.Now().Add(timeout), func(s []promapi.Sample) bool { return len(s) == 1 && int(s[0].Value) == replicas })
+	t.Logf("profile %s's conditions exported by all %d operator replicas", profile, replicas)
+}
+
+// waitQuery polls expr until ok holds for its result, failing at deadline
+// (or as soon as Prometheus restarted) with the last result.
+func (e *env) waitQuery(t *testing.T, expr string, deadline time.Time, ok func([]promapi.Sample) bool) {
+	t.Helper()
 	for {
 		s, err := e.prom.Query(context.Background(), expr)
-		if err == nil && len(s) == 1 && int(s[0].Value) == replicas {
-			t.Logf("profile %s's conditions exported by all %d operator replicas", profile, replicas)
+		if err == nil && ok(s) {
 			return
 		}
+		e.promRestarted(t)
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v (err %v), want %d replicas after %s", expr, s, err, replicas, timeout)
+			t.Fatalf("prometheus: %s is %v (err %v) at the deadline", expr, s, err)
 		}
 		time.Sleep(2 * time.Second)
 	}

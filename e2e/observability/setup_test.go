@@ -169,10 +169,7 @@ func (e *env) promLogs() string {
 // (which name failed probes) and that container's last lines before it.
 func (e *env) whyRestarted(c corev1.ContainerStatus) string {
 	var b strings.Builder
-	if term := c.LastTerminationState.Terminated; term != nil {
-		fmt.Fprintf(&b, "last termination of %s: reason %s, exit code %d, signal %d, %s to %s, message %q\n",
-			c.Name, term.Reason, term.ExitCode, term.Signal, term.StartedAt.Format(time.TimeOnly), term.FinishedAt.Format(time.TimeOnly), term.Message)
-	}
+	fmt.Fprintf(&b, "container %s%s\n", c.Name, lastEnded(c))
 	ctx := context.Background()
 	for _, args := range [][]string{
 		{"get", "events", "--field-selector", "involvedObject.name=" + e.promPod, "--sort-by=.lastTimestamp"},
@@ -182,6 +179,18 @@ func (e *env) whyRestarted(c corev1.ContainerStatus) string {
 		fmt.Fprintf(&b, "kubectl %s (err %v):\n%s\n", strings.Join(args, " "), err, out)
 	}
 	return b.String()
+}
+
+// lastEnded is ", last ended …" with how container c's previous run ended
+// (reason such as OOMKilled or Error, exit code — 137 after a kill —
+// times and message), or "" if it has not ended before.
+func lastEnded(c corev1.ContainerStatus) string {
+	term := c.LastTerminationState.Terminated
+	if term == nil {
+		return ""
+	}
+	return fmt.Sprintf(", last ended: reason %s, exit code %d, signal %d, %s to %s, message %q",
+		term.Reason, term.ExitCode, term.Signal, term.StartedAt.Format(time.TimeOnly), term.FinishedAt.Format(time.TimeOnly), term.Message)
 }
 
 // promRestarted fails the test when a container of the Prometheus pod has
