@@ -202,7 +202,11 @@ func BuildDesired(in *cachev1alpha1.CacheProfile, opts Options, certs Certificat
 		d.Shards = append(d.Shards, BuildShardStatefulSet(p, opts, a, profileHash))
 		d.ShardPDBs = append(d.ShardPDBs, BuildPDB(p, opts, a.Name, ComponentShard, shardSelectorLabels(p, a.Index)))
 	}
-	d.Front = BuildFrontDeployment(p, opts, hashBytes([]byte(cm.Data[ProfileConfigKey]+cm.Data[TopologyKey])), hashBytes(certs.ServingCertPEM))
+	frontHash, err := frontConfigHash(p, cm.Data[TopologyKey])
+	if err != nil {
+		return nil, err
+	}
+	d.Front = BuildFrontDeployment(p, opts, frontHash, hashBytes(certs.ServingCertPEM))
 	if *p.Spec.Expose.APIService.Enabled {
 		d.APIService = BuildAPIService(p, opts, certs.CABundle())
 	}
@@ -805,16 +809,38 @@ func BuildServiceMonitor(p *cachev1alpha1.CacheProfile, opts Options) *unstructu
 	}}
 }
 
-// shardConfigHash covers the fields of the spec a shard acts on (the ones the
-// cache-server reads), so that e.g. scaling the front does not restart every
+// shardServed is what a shard acts on in the rendered profile (the fields
+// the cache-server reads: what it ingests, how long reads wait, how much
+// history it keeps), so that e.g. scaling the front does not restart every
 // shard and make it reload its whole slice from the apiserver.
+type shardServed struct {
+	Resources        []cachev1alpha1.CachedResource
+	HashShards       int32
+	FreshnessTimeout *metav1.Duration
+	HistoryWindow    *metav1.Duration
+}
+
+func servedByShards(p *cachev1alpha1.CacheProfile) shardServed {
+	return shardServed{p.Spec.Resources, p.Spec.HashShards, p.Spec.FreshnessTimeout, p.Spec.HistoryWindow}
+}
+
 func shardConfigHash(p *cachev1alpha1.CacheProfile) (string, error) {
+	b, err := json.Marshal(servedByShards(p))
+	return hashBytes(b), err
+}
+
+// frontConfigHash covers what a front acts on: what the shards serve, its
+// priority-and-fairness seats and the topology. The rest of the rendered
+// profile (replica counts, the APIService's priority, monitoring) reaches
+// the fronts through their own fields or not at all: hashing it restarted
+// every front when, say, only groupPriorityMinimum changed, and a rollout
+// that must wait for a front on a lost node.
+func frontConfigHash(p *cachev1alpha1.CacheProfile, topologyYAML string) (string, error) {
 	b, err := json.Marshal(struct {
-		Resources        []cachev1alpha1.CachedResource
-		HashShards       int32
-		FreshnessTimeout *metav1.Duration
-		HistoryWindow    *metav1.Duration
-	}{p.Spec.Resources, p.Spec.HashShards, p.Spec.FreshnessTimeout, p.Spec.HistoryWindow})
+		Shard                  shardServed
+		ServerConcurrencyLimit *int32
+		Topology               string
+	}{servedByShards(p), p.Spec.ServerConcurrencyLimit, topologyYAML})
 	return hashBytes(b), err
 }
 

@@ -313,7 +313,8 @@ func TestBuildConfigMapRendersProfileAndTopology(t *testing.T) {
 }
 
 // The shard pods restart when what they ingest changes, not when only the
-// front's view changes; the front restarts on both.
+// front's view changes; the front restarts on both, and on nothing else
+// in the rendered profile.
 func TestConfigHashesScopeRestarts(t *testing.T) {
 	certs := testCerts(t, testProfile())
 	build := func(mut func(*cachev1alpha1.CacheProfile)) *Desired {
@@ -336,6 +337,19 @@ func TestConfigHashesScopeRestarts(t *testing.T) {
 	is, ifr := h(ingest)
 	if bs != fs {
 		t.Error("changing frontReplicas must not restart shards")
+	}
+	if _, ff := h(front); ff != bf {
+		t.Error("changing frontReplicas must not restart the fronts (the Deployment scales)")
+	}
+	// The APIService's priority is the aggregator's business: the e2e/nodes
+	// test changes it while a front's node is lost, and a front rollout
+	// then waited for that node.
+	expose := build(func(p *cachev1alpha1.CacheProfile) { p.Spec.Expose.APIService.GroupPriorityMinimum += 100 })
+	if es, ef := h(expose); es != bs || ef != bf {
+		t.Error("changing the APIService's groupPriorityMinimum must restart nothing")
+	}
+	if expose.ConfigMap.Data[ProfileConfigKey] == base.ConfigMap.Data[ProfileConfigKey] {
+		t.Error("the rendered profile must still carry the whole spec")
 	}
 	if bs == is || bf == ifr {
 		t.Error("changing what is ingested must restart shards and front")
