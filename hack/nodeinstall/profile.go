@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	apiregclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
+	"k8s.io/utils/ptr"
 
 	cachev1alpha1 "github.com/cachetier/cachetier/api/v1alpha1"
 	"github.com/cachetier/cachetier/hack/cluster"
@@ -138,6 +140,9 @@ func (in *Installer) Diagnose() string {
 		st, _ := json.MarshalIndent(p.Status, "", "  ")
 		fmt.Fprintf(&b, "profile status:\n%s\n", st)
 	}
+	// Compact lines first: a CI log keeps the start and the end of a long
+	// message, and the verbose pod descriptions below are the middle.
+	b.WriteString(in.workloads(ctx))
 	b.WriteString(in.Cluster.DescribePods(ctx, in.Client, OperatorNamespace, ""))
 	tail := int64(40)
 	pods, err := in.Client.CoreV1().Pods(OperatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: ManagerSelector})
@@ -149,6 +154,60 @@ func (in *Installer) Diagnose() string {
 	}
 	fmt.Fprintf(&b, "kube-controller-manager log:\n%s\n", controlplane.LogTail(in.Cluster.LogPath("kube-controller-manager"), 20))
 	return b.String()
+}
+
+// workloads is one line per Deployment, ReplicaSet with pods, StatefulSet
+// and pod in the operator's namespace: what a rollout waits for.
+func (in *Installer) workloads(ctx context.Context) string {
+	var b strings.Builder
+	apps := in.Client.AppsV1()
+	if ds, err := apps.Deployments(OperatorNamespace).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, d := range ds.Items {
+			st := d.Status
+			fmt.Fprintf(&b, "deployment %s: generation %d observed %d, replicas %d updated %d ready %d available %d terminating %d;%s\n",
+				d.Name, d.Generation, st.ObservedGeneration, st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.AvailableReplicas,
+				ptr.Deref(st.TerminatingReplicas, 0), deploymentConditions(st.Conditions))
+		}
+	}
+	if rss, err := apps.ReplicaSets(OperatorNamespace).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, r := range rss.Items {
+			if r.Status.Replicas > 0 || ptr.Deref(r.Spec.Replicas, 0) > 0 {
+				fmt.Fprintf(&b, "replicaset %s: want %d, replicas %d ready %d available %d\n",
+					r.Name, ptr.Deref(r.Spec.Replicas, 0), r.Status.Replicas, r.Status.ReadyReplicas, r.Status.AvailableReplicas)
+			}
+		}
+	}
+	if sts, err := apps.StatefulSets(OperatorNamespace).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, s := range sts.Items {
+			st := s.Status
+			fmt.Fprintf(&b, "statefulset %s: generation %d observed %d, replicas %d updated %d ready %d, revision %s -> %s\n",
+				s.Name, s.Generation, st.ObservedGeneration, st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.CurrentRevision, st.UpdateRevision)
+		}
+	}
+	if pods, err := in.Client.CoreV1().Pods(OperatorNamespace).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, p := range pods.Items {
+			ready := "not ready"
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					ready = "ready"
+				}
+			}
+			deleting := ""
+			if p.DeletionTimestamp != nil {
+				deleting = ", deleting since " + p.DeletionTimestamp.UTC().Format(time.TimeOnly)
+			}
+			fmt.Fprintf(&b, "pod %s on %q: %s, %s%s\n", p.Name, p.Spec.NodeName, p.Status.Phase, ready, deleting)
+		}
+	}
+	return b.String()
+}
+
+func deploymentConditions(cs []appsv1.DeploymentCondition) string {
+	var out string
+	for _, c := range cs {
+		out += fmt.Sprintf(" %s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message)
+	}
+	return out
 }
 
 // APIServiceAvailable reports the aggregator's own verdict on an
