@@ -9,6 +9,9 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,6 +218,7 @@ func parsePEMKey(t *testing.T, b []byte) any {
 type apiserverCut struct {
 	e       *env
 	unblock func(context.Context) error
+	cut     time.Time
 	lifted  time.Time
 }
 
@@ -245,7 +249,8 @@ func (e *env) cutShardsOffAPIServer(t *testing.T, p *cachev1alpha1.CacheProfile)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.lift(t) })
-	cut := time.Now()
+	c.cut = time.Now()
+	cut := c.cut
 	t.Logf("shard pods %v cut off the apiserver", ips)
 	match := func(a promapi.Alert) bool {
 		return a.Labels["alertname"] == alerts.FreshnessTimeouts && a.Labels["namespace"] == ns
@@ -275,6 +280,52 @@ func (c *apiserverCut) lift(t *testing.T) {
 // alert's 5 min window: the shards caught up with the apiserver by
 // themselves.
 func (c *apiserverCut) waitResolved(t *testing.T) {
+	// Where the 504s came from, minute by minute since the cut (which
+	// phase: the cut, the shard kill that ran since, or neither), and
+	// what the freshness waits and the shards' proofs of progress did:
+	// read when the alert lasts, logged either way.
+	defer c.e.logFreshness(t, c.cut)
 	c.e.waitAlert(t, "", 9*time.Minute, func(a promapi.Alert) bool { return a.Labels["alertname"] == alerts.FreshnessTimeouts })
 	t.Logf("%s resolved within %s after the shards reached the apiserver again", alerts.FreshnessTimeouts, time.Since(c.lifted).Round(time.Second))
+}
+
+// logFreshness logs, from Prometheus, the fronts' 504s per resource and
+// minute since `since`, and over the last 5 min: the fronts' 504s per
+// pod, the freshness waits' p99 per job and resource, and the shards'
+// RV fetches and progress probes by outcome.
+func (e *env) logFreshness(t *testing.T, since time.Time) {
+	ctx := context.Background()
+	front := fmt.Sprintf(`namespace=%q,job=~".*-front"`, ns)
+	perMinute := fmt.Sprintf(`sum by (resource) (increase(cachetier_requests_total{%s,code="504"}[1m]))`, front)
+	if series, err := e.prom.QueryRange(ctx, perMinute, since, time.Now(), time.Minute); err != nil {
+		t.Logf("504s per minute: %v", err)
+	} else {
+		for _, s := range series {
+			counts := make([]string, len(s.Values))
+			for i, v := range s.Values {
+				counts[i] = strconv.FormatFloat(v, 'f', 0, 64)
+			}
+			t.Logf("fronts' 504s for %s per minute from %s: %s", s.Metric["resource"], since.Format(time.TimeOnly), strings.Join(counts, " "))
+		}
+	}
+	for _, q := range []struct{ what, expr string }{
+		{"fronts' requests by pod and code (5m)", fmt.Sprintf(`sum by (pod, resource, code) (increase(cachetier_requests_total{%s}[5m]))`, front)},
+		{"freshness wait p99 by job and resource (5m)", fmt.Sprintf(`histogram_quantile(0.99, sum by (le, job, resource) (rate(cachetier_freshness_wait_seconds_bucket{namespace=%q}[5m])))`, ns)},
+		{"freshness waits by outcome (5m)", fmt.Sprintf(`sum by (job, resource, outcome) (increase(cachetier_freshness_wait_seconds_count{namespace=%q}[5m]))`, ns)},
+		{"shards' RV fetches by outcome (5m)", fmt.Sprintf(`sum by (pod, resource, outcome) (increase(cachetier_upstream_rv_fetches_total{namespace=%q}[5m]))`, ns)},
+		{"shards' progress probes by outcome (5m)", fmt.Sprintf(`sum by (pod, resource, outcome) (increase(cachetier_upstream_progress_probes_total{namespace=%q}[5m]))`, ns)},
+		{"fronts' shard calls that failed (5m)", fmt.Sprintf(`sum by (pod, shard, verb, outcome) (increase(cachetier_fleet_shard_calls_total{namespace=%q,outcome!="ok"}[5m]))`, ns)},
+	} {
+		samples, err := e.prom.Query(ctx, q.expr)
+		if err != nil {
+			t.Logf("%s: %v", q.what, err)
+			continue
+		}
+		lines := make([]string, 0, len(samples))
+		for _, s := range samples {
+			lines = append(lines, fmt.Sprintf("%v %.3g", s.Metric, s.Value))
+		}
+		sort.Strings(lines)
+		t.Logf("%s:\n  %s", q.what, strings.Join(lines, "\n  "))
+	}
 }
