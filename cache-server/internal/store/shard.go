@@ -188,6 +188,13 @@ func (s *Shard) Replace(objects []*Object, rv uint64) ([]Event, error) {
 	if rv < s.applied {
 		return nil, fmt.Errorf("%w: replace at RV %d, applied %d", ErrStaleEvent, rv, s.applied)
 	}
+	// The first load: the empty tree NewShard starts with is no state of
+	// upstream's, so it must not stay readable at the RVs before rv. It
+	// did (its entry at RV 0 was open-ended), and a replica that had just
+	// restarted answered a front's list at an RV below its load with
+	// nothing: a watch-list through the front missed that shard's objects
+	// and informers lost them.
+	first := s.applied == 0
 
 	var events []Event
 	next := newTree()
@@ -216,7 +223,7 @@ func (s *Shard) Replace(objects []*Object, rv uint64) ([]Event, error) {
 	for ; i < len(sorted); i++ {
 		events = append(events, Event{Type: Added, Object: sorted[i], RV: rv})
 	}
-	if len(events) == 0 {
+	if len(events) == 0 && !first {
 		// Nothing changed between the applied RV and rv: the current state
 		// is the state at every RV in between, so history stays continuous
 		// (no gap) and nothing needs to be published.
@@ -240,10 +247,14 @@ func (s *Shard) Replace(objects []*Object, rv uint64) ([]Event, error) {
 	s.index = nextIndex
 	clear(s.published)
 	last := &s.history[len(s.history)-1]
-	if last.rv == rv {
+	switch {
+	case first:
+		// Readable from rv on; earlier RVs are expired (Snapshot).
+		s.history = []historyEntry{{rv: rv, tree: s.tree.Clone(), index: s.publishIndexesLocked()}}
+	case last.rv == rv:
 		last.tree = s.tree.Clone()
 		last.index = s.publishIndexesLocked()
-	} else {
+	default:
 		last.knownUntil = s.applied
 		s.recordLocked(rv)
 	}

@@ -308,3 +308,29 @@ func TestShardReplace(t *testing.T) {
 		t.Fatalf("Snapshot(11) after an identical relist = %v, %v (applied %d)", keys(snap), err, s.AppliedRV())
 	}
 }
+
+// TestFirstLoadIsTheOldestState: before its first load a shard holds no
+// state of upstream's; a read at an RV between 0 and the load's is
+// expired, not the empty tree it started with (a restarted replica
+// answered such a read with nothing). Also when the load is empty.
+func TestFirstLoadIsTheOldestState(t *testing.T) {
+	for _, objs := range [][]*Object{{obj("ns", "a", 5), obj("ns", "b", 7)}, nil} {
+		s := NewShard(ShardOptions{HistoryWindow: time.Hour})
+		if _, err := s.Replace(objs, 10); err != nil {
+			t.Fatal(err)
+		}
+		for _, rv := range []uint64{1, 5, 9} {
+			var expired *ExpiredError
+			if _, err := s.Snapshot(rv); !errors.As(err, &expired) || expired.Oldest != 10 {
+				t.Errorf("%d objects loaded at 10: Snapshot(%d) = %v, want expired (oldest 10)", len(objs), rv, err)
+			}
+		}
+		snap, err := s.Snapshot(10)
+		if err != nil || snap.Len() != len(objs) {
+			t.Errorf("Snapshot(10): %v, %v; want %d objects", snap.Len(), err, len(objs))
+		}
+		if st := s.Stats(); st.OldestRV != 10 {
+			t.Errorf("oldest readable RV %d, want 10", st.OldestRV)
+		}
+	}
+}
