@@ -7,6 +7,7 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -22,6 +23,7 @@ import (
 	"github.com/cachetier/cachetier/api/topology"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/shardwire"
+	"github.com/cachetier/cachetier/cache-server/internal/store"
 )
 
 // Client calls the shards of one topology.
@@ -230,6 +232,45 @@ func (c *Client) call(ctx context.Context, i int, prefer, path string, q url.Val
 		return rec, rec.Header.Error.Err()
 	}
 	return rec, nil
+}
+
+// replicaError is an error a replica answered in its stream, with the
+// replica it came from.
+type replicaError struct {
+	endpoint string
+	err      error
+}
+
+func (e *replicaError) Error() string { return e.err.Error() }
+func (e *replicaError) Unwrap() error { return e.err }
+
+// withoutReplica is err as the replica answered it.
+func withoutReplica(err error) error {
+	if re, ok := err.(*replicaError); ok {
+		return re.err
+	}
+	return err
+}
+
+// otherReplica is the replica of shard i to ask after err: the one after
+// the replica that answered it, when err says that replica holds no state
+// at the RV asked for (store.ExpiredError) — a replica that restarted
+// keeps nothing from before its load's RV, while one that kept running
+// still has it, and a front reads at its merged watermark, which can be
+// below a restarted replica's load. "" when another replica would answer
+// the same.
+func (c *Client) otherReplica(i int, err error) string {
+	var re *replicaError
+	var expired *store.ExpiredError
+	if !errors.As(err, &re) || !errors.As(err, &expired) {
+		return ""
+	}
+	eps := c.topo.Shards[i].Endpoints
+	k := slices.Index(eps, re.endpoint)
+	if k < 0 || len(eps) < 2 {
+		return ""
+	}
+	return eps[(k+1)%len(eps)]
 }
 
 // readError is a shard's answer cut short: its replica went away mid-way

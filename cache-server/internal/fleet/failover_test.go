@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,7 @@ import (
 	"github.com/cachetier/cachetier/api/topology"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/shardwire"
+	"github.com/cachetier/cachetier/cache-server/internal/store"
 )
 
 // replica is a shard replica answering every request with one status.
@@ -177,5 +179,56 @@ func TestOpenSkipsReplicasOfAnotherRange(t *testing.T) {
 	}
 	if d, ok := apierrors.SuggestsClientDelay(err); !ok || d != 1 {
 		t.Fatalf("want Retry-After 1, got %d %v", d, ok)
+	}
+}
+
+// TestReadsAtAnRVBeforeAReplicasRestart: a replica that restarted loaded
+// its shard at a later RV than the front's merged watermark, so it holds
+// no state at the RV the front reads at (410 from its store; before that
+// fix, an empty answer that dropped the shard's objects from a
+// watch-list's initial events). The shard's other replica, which kept
+// running, answers instead, whichever replica is tried first: GET, a
+// page, a page continued, and a watch-list's scan.
+func TestReadsAtAnRVBeforeAReplicasRestart(t *testing.T) {
+	objs := testObjects(3, 20)
+	f := newListFixture(t, 1, objs) // the replica that kept running: loaded at listRV
+	// A history window as the cache-server's: the restart is recent.
+	restarted, err := store.New(store.Options{Shards: 16, HistoryWindow: 150 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := restarted.Replace(objs, listRV+50); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := restarted.List(store.ListRequest{SnapshotRV: listRV}); !apierrors.IsResourceExpired(err) && !errors.As(err, new(*store.ExpiredError)) {
+		t.Fatalf("the restarted replica's store at an RV before its load: %v, want expired", err)
+	}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { f.serve(w, r, restarted) }))
+	t.Cleanup(srv.Close)
+	sh := &f.src.client.topo.Shards[0]
+	sh.Endpoints = append(sh.Endpoints, strings.TrimPrefix(srv.URL, "https://"))
+	sh.Replicas = 2
+
+	for i := 0; i < 4; i++ { // each replica tried first, twice
+		res, err := f.src.List(store.ListRequest{SnapshotRV: listRV})
+		if err != nil || len(res.Items) != len(objs) {
+			t.Fatalf("list %d: %d items, %v; want %d", i, len(res.Items), err, len(objs))
+		}
+		page, err := f.src.List(store.ListRequest{SnapshotRV: listRV, Limit: 7})
+		if err != nil || len(page.Items) != 7 || page.ContinueKey == "" {
+			t.Fatalf("page %d: %d items, continue %q, %v", i, len(page.Items), page.ContinueKey, err)
+		}
+		rest, err := f.src.List(store.ListRequest{SnapshotRV: listRV, StartKeyExclusive: page.ContinueKey})
+		if err != nil || len(rest.Items) != len(objs)-7 {
+			t.Fatalf("continued page %d: %d items, %v; want %d", i, len(rest.Items), err, len(objs)-7)
+		}
+		n := 0
+		if _, err := f.src.Scan(store.ListRequest{SnapshotRV: listRV}, func(*store.Object) bool { n++; return true }); err != nil || n != len(objs) {
+			t.Fatalf("scan %d: %d objects, %v; want %d", i, n, err, len(objs))
+		}
+		o, _, err := f.src.Get(objs[i].Key, listRV)
+		if err != nil || o == nil || o.Key != objs[i].Key {
+			t.Fatalf("get %d %s: %v, %v", i, objs[i].Key, o, err)
+		}
 	}
 }

@@ -212,32 +212,19 @@ func (s *Source) openAll(ctx context.Context, req store.ListRequest, rv uint64, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st, err := s.client.open(ctx, i, shardwire.PathList, q)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			c := &cursor{shard: i, s: st, client: s.client}
-			if need != nil {
-				c.more = func(after string) (*stream, error) {
-					n := need()
-					if n <= 0 {
-						return nil, nil
-					}
-					next := url.Values{}
-					for k, v := range q {
-						next[k] = v
-					}
-					next.Set("after", after)
-					next.Set("limit", strconv.FormatInt(n, 10))
-					return s.client.open(ctx, i, shardwire.PathList, next)
+			prefer := ""
+			for tries := 1; ; tries++ {
+				c, err := s.openCursor(ctx, i, prefer, q, need)
+				if err == nil {
+					cursors[i] = c
+					return
+				}
+				prefer = s.client.otherReplica(i, err)
+				if prefer == "" || tries >= len(s.client.topo.Shards[i].Endpoints) {
+					errs[i] = withoutReplica(err)
+					return
 				}
 			}
-			if errs[i] = c.advance(); errs[i] != nil {
-				c.s.Close()
-				return
-			}
-			cursors[i] = c
 		}()
 	}
 	wg.Wait()
@@ -260,6 +247,37 @@ func (s *Source) openAll(ctx context.Context, req store.ListRequest, rv uint64, 
 	}
 	heap.Init(&m.heap)
 	return m, nil
+}
+
+// openCursor opens shard i's list (the replica at prefer first, when set)
+// and reads its head. Later pages are asked of the replica that answered
+// the first: it holds the snapshot they continue.
+func (s *Source) openCursor(ctx context.Context, i int, prefer string, q url.Values, need func() int64) (*cursor, error) {
+	st, err := s.client.openPreferring(ctx, i, prefer, shardwire.PathList, q)
+	if err != nil {
+		return nil, err
+	}
+	c := &cursor{shard: i, s: st, client: s.client}
+	if need != nil {
+		c.more = func(after string) (*stream, error) {
+			n := need()
+			if n <= 0 {
+				return nil, nil
+			}
+			next := url.Values{}
+			for k, v := range q {
+				next[k] = v
+			}
+			next.Set("after", after)
+			next.Set("limit", strconv.FormatInt(n, 10))
+			return s.client.openPreferring(ctx, i, c.s.endpoint, shardwire.PathList, next)
+		}
+	}
+	if err := c.advance(); err != nil {
+		c.s.Close()
+		return nil, &replicaError{endpoint: st.endpoint, err: err}
+	}
+	return c, nil
 }
 
 // cursor reads one shard's list stream. Its head is read in place (a

@@ -201,7 +201,23 @@ func (s *Source) Get(key string, snapshotRV uint64) (*store.Object, uint64, erro
 	rv := s.snapshotRV(snapshotRV)
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
-	st, err := s.client.open(ctx, i, shardwire.PathList, s.query("key", key, "rv", strconv.FormatUint(rv, 10)))
+	q := s.query("key", key, "rv", strconv.FormatUint(rv, 10))
+	prefer := ""
+	for tries := 1; ; tries++ {
+		obj, objRV, err := s.getFrom(ctx, i, prefer, q)
+		if err == nil {
+			return obj, objRV, nil
+		}
+		// A restarted replica holds nothing before its load: ask the
+		// other (Client.otherReplica).
+		if prefer = s.client.otherReplica(i, err); prefer == "" || tries >= len(topo.Shards[i].Endpoints) {
+			return nil, 0, withoutReplica(err)
+		}
+	}
+}
+
+func (s *Source) getFrom(ctx context.Context, i int, prefer string, q url.Values) (*store.Object, uint64, error) {
+	st, err := s.client.openPreferring(ctx, i, prefer, shardwire.PathList, q)
 	if err != nil {
 		return nil, 0, timedOut(err)
 	}
@@ -218,7 +234,7 @@ func (s *Source) Get(key string, snapshotRV uint64) (*store.Object, uint64, erro
 		case shardwire.KindEnd:
 			return obj, rec.Header.RV, nil
 		case shardwire.KindError:
-			return nil, 0, rec.Header.Error.Err()
+			return nil, 0, &replicaError{endpoint: st.endpoint, err: rec.Header.Error.Err()}
 		}
 	}
 }
