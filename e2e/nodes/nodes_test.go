@@ -16,6 +16,7 @@ import (
 	apiregclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
 	cachev1alpha1 "github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/controllers"
 	"github.com/cachetier/cachetier/e2e/internal/clients"
 	"github.com/cachetier/cachetier/hack/controlplane"
 	"github.com/cachetier/cachetier/hack/nodeinstall"
@@ -429,6 +430,13 @@ const aggregatorUnavailable = "the server is currently unable to handle the requ
 // tier all along hold exactly the apiserver's objects, key by key and RV
 // by RV; the reads are counted.
 func (e *env) informersEqual(t *testing.T, run *running) {
+	defer func() {
+		if t.Failed() {
+			// What the fronts the informers watch through did: a front
+			// whose watches deliver nothing says why only in its log.
+			t.Logf("fronts' logs:\n%s", e.in.PodLogs(context.Background(), fleetSelector+","+controllers.LabelComponent+"="+controllers.ComponentFront, 60))
+		}
+	}()
 	run.writer.Halt()
 	if w := run.writer.Writes.Load(); w == 0 || run.writer.Errs.Load() > w/10 {
 		t.Errorf("writer: %d writes, %d errors", w, run.writer.Errs.Load())

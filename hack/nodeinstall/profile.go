@@ -144,15 +144,26 @@ func (in *Installer) Diagnose() string {
 	// message, and the verbose pod descriptions below are the middle.
 	b.WriteString(in.workloads(ctx))
 	b.WriteString(in.Cluster.DescribePods(ctx, in.Client, OperatorNamespace, ""))
-	tail := int64(40)
-	pods, err := in.Client.CoreV1().Pods(OperatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: ManagerSelector})
-	if err == nil {
-		for _, p := range pods.Items {
-			logs, _ := in.Client.CoreV1().Pods(OperatorNamespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(ctx)
-			fmt.Fprintf(&b, "manager %s log:\n%s\n", p.Name, logs)
-		}
-	}
+	b.WriteString(in.PodLogs(ctx, ManagerSelector, 40))
 	fmt.Fprintf(&b, "kube-controller-manager log:\n%s\n", controlplane.LogTail(in.Cluster.LogPath("kube-controller-manager"), 20))
+	return b.String()
+}
+
+// PodLogs is the last tail lines of the log of each pod in the operator's
+// namespace that selector matches.
+func (in *Installer) PodLogs(ctx context.Context, selector string, tail int64) string {
+	pods, err := in.Client.CoreV1().Pods(OperatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return fmt.Sprintf("pods %q: %v\n", selector, err)
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		logs, err := in.Client.CoreV1().Pods(OperatorNamespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(ctx)
+		if err != nil {
+			logs = []byte(err.Error())
+		}
+		fmt.Fprintf(&b, "pod %s log:\n%s\n", p.Name, logs)
+	}
 	return b.String()
 }
 

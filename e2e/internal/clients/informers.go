@@ -178,8 +178,8 @@ func (r *Informers) WaitSame(t *testing.T, kc kubernetes.Interface, namespaces [
 			if lastErr != nil {
 				lastDiff += fmt.Sprintf("\n(the apiserver's last answer: %v)", lastErr)
 			}
-			t.Fatalf("informers through the tier differ from the apiserver after %s:\n%s\n%s\ninformers' last watch errors:\n%s",
-				timeout, lastDiff, r.tierListDifferences(kc, namespaces), r.lastWatchErrors())
+			t.Fatalf("informers through the tier differ from the apiserver after %s:\n%s\n%s\n%s\ninformers' last watch errors:\n%s",
+				timeout, lastDiff, r.tierListDifferences(kc, namespaces), r.storeSizes(), r.lastWatchErrors())
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -223,6 +223,21 @@ func (r *Informers) tierListDifferences(kc kubernetes.Interface, namespaces []st
 		return "consistent LISTs through the tier equal the apiserver's: the tier holds the data, its watch streams did not deliver it"
 	}
 	return "consistent LISTs through the tier differ from the apiserver's too:\n" + d
+}
+
+// storeSizes says how much each informer holds and the resourceVersion
+// its reflector last synced to: an informer whose store emptied (a relist
+// answered with too little) reads differently from one whose watch stalled
+// (its RV stays behind).
+func (r *Informers) storeSizes() string {
+	var b strings.Builder
+	for _, i := range []struct {
+		name string
+		inf  cache.SharedIndexInformer
+	}{{"typed configmaps", r.ConfigMaps}, {"metadata pods", r.PodsMetadata}} {
+		fmt.Fprintf(&b, "%s informer: %d objects, last synced resourceVersion %q\n", i.name, len(i.inf.GetStore().ListKeys()), i.inf.LastSyncResourceVersion())
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 func (r *Informers) lastWatchErrors() string {
