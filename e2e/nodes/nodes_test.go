@@ -386,8 +386,12 @@ func (e *env) leadersNodeDies(t *testing.T, run *running) {
 // to the dead pod (a front's GOAWAY makes the aggregator reconnect) — until
 // the node lifecycle controller marks the pod NotReady (~50 s) and the
 // Service drops it. The aggregator answers those with a bare 503, without
-// Retry-After, which client-go does not retry. Only a lost front excuses
-// them; every other failed read fails the test.
+// Retry-After, which client-go does not retry; and a response the lost
+// front had begun stays silent until the node is back, whose kernel then
+// resets the connection, and the aggregator cuts the response it relays
+// (an HTTP/2 stream reset, INTERNAL_ERROR, that client-go reports while
+// reading the body). Only a lost front excuses them; every other failed
+// read fails the test.
 func (e *env) checkLostNodeReads(t *testing.T, reads clients.ReadResults, onVictim []string) {
 	t.Helper()
 	frontLost := false
@@ -396,7 +400,7 @@ func (e *env) checkLostNodeReads(t *testing.T, reads clients.ReadResults, onVict
 	}
 	var aggregator []string
 	for _, f := range reads.Failures {
-		if frontLost && strings.HasPrefix(f.Err, aggregatorUnavailable) {
+		if frontLost && (strings.HasPrefix(f.Err, aggregatorUnavailable) || strings.Contains(f.Err, aggregatorCutResponse)) {
 			aggregator = append(aggregator, f.At.Format("15:04:05.000")+" "+f.Err)
 			continue
 		}
@@ -425,6 +429,11 @@ func (e *env) checkLostNodeReads(t *testing.T, reads clients.ReadResults, onVict
 // — the aggregator's own answer when it cannot reach an APIService's
 // Service (the tier's 503s are Statuses naming the shard).
 const aggregatorUnavailable = "the server is currently unable to handle the request"
+
+// aggregatorCutResponse is how client-go words the aggregator's reset of a
+// response whose backend connection failed mid-way (its proxy aborts the
+// handler; Go's HTTP/2 server resets the stream).
+const aggregatorCutResponse = "INTERNAL_ERROR; received from peer"
 
 // informersEqual: the writer stops; the informers that read through the
 // tier all along hold exactly the apiserver's objects, key by key and RV
