@@ -250,13 +250,12 @@ func (e *env) cutShardsOffAPIServer(t *testing.T, p *cachev1alpha1.CacheProfile)
 	}
 	t.Cleanup(func() { c.lift(t) })
 	c.cut = time.Now()
-	cut := c.cut
 	t.Logf("shard pods %v cut off the apiserver", ips)
 	match := func(a promapi.Alert) bool {
 		return a.Labels["alertname"] == alerts.FreshnessTimeouts && a.Labels["namespace"] == ns
 	}
 	firing := e.waitAlert(t, "firing", 9*time.Minute, match)
-	t.Logf("%s firing %s after the cut: %v, %q", alerts.FreshnessTimeouts, time.Since(cut).Round(time.Second), firing.Labels, firing.Annotations["description"])
+	t.Logf("%s firing %s after the cut: %v, %q", alerts.FreshnessTimeouts, time.Since(c.cut).Round(time.Second), firing.Labels, firing.Annotations["description"])
 	if firing.Labels["severity"] != "warning" || firing.Labels["job"] != p.Name+"-front" {
 		t.Errorf("%s labels %v: want severity warning, job %s-front", alerts.FreshnessTimeouts, firing.Labels, p.Name)
 	}

@@ -273,6 +273,23 @@ func (c *Client) otherReplica(i int, err error) string {
 	return eps[(k+1)%len(eps)]
 }
 
+// askReplicas runs read against shard i, first with prefer "" (any
+// replica), then, while otherReplica names one, against the shard's other
+// replicas, each at most once; it returns read's last error as the replica
+// answered it.
+func (c *Client) askReplicas(i int, read func(prefer string) error) error {
+	prefer := ""
+	for tries := 1; ; tries++ {
+		err := read(prefer)
+		if err == nil {
+			return nil
+		}
+		if prefer = c.otherReplica(i, err); prefer == "" || tries >= len(c.topo.Shards[i].Endpoints) {
+			return withoutReplica(err)
+		}
+	}
+}
+
 // readError is a shard's answer cut short: its replica went away mid-way
 // (another one may answer the same request).
 func (c *Client) readError(i int, err error) error {

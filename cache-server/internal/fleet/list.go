@@ -212,19 +212,10 @@ func (s *Source) openAll(ctx context.Context, req store.ListRequest, rv uint64, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			prefer := ""
-			for tries := 1; ; tries++ {
-				c, err := s.openCursor(ctx, i, prefer, q, need)
-				if err == nil {
-					cursors[i] = c
-					return
-				}
-				prefer = s.client.otherReplica(i, err)
-				if prefer == "" || tries >= len(s.client.topo.Shards[i].Endpoints) {
-					errs[i] = withoutReplica(err)
-					return
-				}
-			}
+			errs[i] = s.client.askReplicas(i, func(prefer string) (err error) {
+				cursors[i], err = s.openCursor(ctx, i, prefer, q, need)
+				return err
+			})
 		}()
 	}
 	wg.Wait()

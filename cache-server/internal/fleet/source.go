@@ -202,18 +202,18 @@ func (s *Source) Get(key string, snapshotRV uint64) (*store.Object, uint64, erro
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
 	q := s.query("key", key, "rv", strconv.FormatUint(rv, 10))
-	prefer := ""
-	for tries := 1; ; tries++ {
-		obj, objRV, err := s.getFrom(ctx, i, prefer, q)
-		if err == nil {
-			return obj, objRV, nil
-		}
-		// A restarted replica holds nothing before its load: ask the
-		// other (Client.otherReplica).
-		if prefer = s.client.otherReplica(i, err); prefer == "" || tries >= len(topo.Shards[i].Endpoints) {
-			return nil, 0, withoutReplica(err)
-		}
+	// A restarted replica holds nothing before its load: ask the other
+	// (Client.otherReplica).
+	var obj *store.Object
+	var objRV uint64
+	err := s.client.askReplicas(i, func(prefer string) (err error) {
+		obj, objRV, err = s.getFrom(ctx, i, prefer, q)
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
 	}
+	return obj, objRV, nil
 }
 
 func (s *Source) getFrom(ctx context.Context, i int, prefer string, q url.Values) (*store.Object, uint64, error) {
