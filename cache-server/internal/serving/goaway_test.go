@@ -33,6 +33,12 @@ func TestGoawayMovesHTTP2Clients(t *testing.T) {
 				_, _ = io.WriteString(w, r.Proto)
 			}), c.chance, sent))
 			srv.EnableHTTP2 = c.http2
+			if c.http2 {
+				// The HTTP/2 server the roles run (configureHTTP2).
+				if err := configureHTTP2(srv.Config); err != nil {
+					t.Fatal(err)
+				}
+			}
 			srv.StartTLS()
 			defer srv.Close()
 			client := srv.Client()

@@ -126,6 +126,9 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		srv.TLSConfig.Certificates = []tls.Certificate{cfg.Certificate}
 	}
+	if err := configureHTTP2(srv); err != nil {
+		return err
+	}
 	go reportSelf(ctx, cfg)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(cfg.Listener, "", "") }()
