@@ -265,7 +265,7 @@ func (s *Server) logWatchEnd(r *http.Request, res *resource, enc encoding, phase
 // WatchEvents (framing and object encodings from encode.go).
 type watchWriter struct {
 	s   *Server
-	w   io.Writer // the watchBody
+	w   *watchBody
 	res *resource
 	enc encoding
 	// table: the Table options of an encTable stream (tableOptions).
@@ -280,8 +280,10 @@ func (ww *watchWriter) frame(typ string, obj []byte) error {
 		// Three writes instead of one concatenated frame: the object is
 		// the stored bytes, and copying them per event per watcher was the
 		// bulk of a watch-list's garbage (a 500 KiB Secret to 64 watchers
-		// is 32 MiB per event). The ResponseWriter buffers the small parts
-		// (the compressor, for a gzipped watch-list, copies all three).
+		// is 32 MiB per event). The watchBody gathers the three of a small
+		// object into its pooled event buffer (eventCoalesceMax) and
+		// passes a large object through uncopied (the compressor, for a
+		// gzipped watch-list, copies all three).
 		if _, err = io.WriteString(ww.w, `{"type":`+strconv.Quote(typ)+`,"object":`); err == nil {
 			if _, err = ww.w.Write(bytes.TrimRight(obj, "\n")); err == nil {
 				_, err = io.WriteString(ww.w, "}\n")
@@ -291,8 +293,14 @@ func (ww *watchWriter) frame(typ string, obj []byte) error {
 	return ww.sent(typ, err)
 }
 
-// sent counts an event written without error and returns err.
+// sent ends an event: written in one piece (watchBody.EndEvent) and
+// counted, or dropped with err.
 func (ww *watchWriter) sent(typ string, err error) error {
+	if err == nil {
+		err = ww.w.EndEvent()
+	} else {
+		ww.w.dropEvent()
+	}
 	if err == nil {
 		ww.s.opts.Metrics.WatchEvents.WithLabelValues(ww.res.label, typ).Inc()
 	}

@@ -14,6 +14,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 )
 
 // newWatchTier is newBenchTier with a watch hub, behind an httptest server.
@@ -288,5 +292,70 @@ func TestWatchBodyMembers(t *testing.T) {
 	_, _ = io.WriteString(wb, "a\n")
 	if err := wb.Flush(); err != nil || !rec.Flushed || buf.String() != "a\n" || rec.Header().Get("Content-Encoding") != "" {
 		t.Fatalf("plain: %v %v %q %v", err, rec.Flushed, buf.String(), rec.Header())
+	}
+}
+
+// countingResponse records each Write the ResponseWriter gets.
+type countingResponse struct {
+	h      http.Header
+	writes []string
+	err    error
+}
+
+func (c *countingResponse) Header() http.Header { return c.h }
+func (c *countingResponse) WriteHeader(int)     {}
+func (c *countingResponse) Flush()              {}
+func (c *countingResponse) Write(b []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	c.writes = append(c.writes, string(b))
+	return len(b), nil
+}
+
+// An uncompressed watch stream writes each event of up to eventCoalesceMax
+// in one Write (its frame's pieces gathered), a larger one in its pieces,
+// the same bytes either way; a failed Write is returned and a partly
+// gathered event is dropped by Close.
+func TestWatchBodyGathersEvents(t *testing.T) {
+	b := newBodyWriters()
+	rw := &countingResponse{h: http.Header{}}
+	wb := b.watchBody(rw, http.NewResponseController(rw), false)
+	ww := &watchWriter{s: &Server{opts: Options{Metrics: metrics.New(prometheus.NewRegistry())}}, w: wb, res: &resource{label: "pods"}, enc: encJSON}
+	small := []byte(`{"kind":"Pod","metadata":{"name":"` + strings.Repeat("p", 5000) + `"}}` + "\n")
+	large := []byte(`{"kind":"Pod","metadata":{"name":"` + strings.Repeat("q", eventCoalesceMax) + `"}}`)
+	for _, obj := range [][]byte{small, large, small} {
+		if err := ww.frame("MODIFIED", obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`{"type":"MODIFIED","object":` + string(bytes.TrimRight(small, "\n")) + "}\n",
+		`{"type":"MODIFIED","object":`, string(large), "}\n",
+		`{"type":"MODIFIED","object":` + string(bytes.TrimRight(small, "\n")) + "}\n",
+	}
+	if len(rw.writes) != len(want) {
+		t.Fatalf("%d writes, want %d (one per small event, three for the large one)", len(rw.writes), len(want))
+	}
+	for i := range want {
+		if rw.writes[i] != want[i] {
+			t.Fatalf("write %d: %.60q…, want %.60q…", i, rw.writes[i], want[i])
+		}
+	}
+
+	rw.err = errors.New("gone")
+	if err := ww.frame("ADDED", small); err == nil {
+		t.Fatal("a failed write was not returned")
+	}
+	if wb.event != nil {
+		t.Fatal("event kept after a failed write")
+	}
+	_, _ = io.WriteString(wb, "partial")
+	_ = wb.Close()
+	if wb.event != nil {
+		t.Fatal("a partly gathered event kept after Close")
 	}
 }
