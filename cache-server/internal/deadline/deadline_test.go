@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/cachetier/cachetier/cache-server/internal/http2server"
 )
 
 // bigBody writes n bytes in 32 KiB chunks and reports how its handler
@@ -42,6 +44,12 @@ func serve(t *testing.T, h http.Handler, verb string, timeout time.Duration, htt
 		f.ServeHTTP(w, r.WithContext(request.WithRequestInfo(r.Context(), &request.RequestInfo{IsResourceRequest: true, Verb: verb})))
 	}))
 	hs.EnableHTTP2 = http2
+	if http2 {
+		// The HTTP/2 server the roles run (x/net's).
+		if err := http2server.Configure(hs.Config); err != nil {
+			t.Fatal(err)
+		}
+	}
 	hs.StartTLS()
 	t.Cleanup(hs.Close)
 	return hs

@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cachetier/cachetier/cache-server/internal/http2server"
 )
 
 // TestGoawayMovesHTTP2Clients runs real HTTP/2 (and HTTP/1.1) over TLS and
@@ -34,8 +36,8 @@ func TestGoawayMovesHTTP2Clients(t *testing.T) {
 			}), c.chance, sent))
 			srv.EnableHTTP2 = c.http2
 			if c.http2 {
-				// The HTTP/2 server the roles run (configureHTTP2).
-				if err := configureHTTP2(srv.Config); err != nil {
+				// The HTTP/2 server the roles run.
+				if err := http2server.Configure(srv.Config); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cachetier/cachetier/cache-server/internal/auth"
+	"github.com/cachetier/cachetier/cache-server/internal/http2server"
 	"github.com/cachetier/cachetier/cache-server/internal/memlimit"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/internal/aggpath"
@@ -126,7 +127,7 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		srv.TLSConfig.Certificates = []tls.Certificate{cfg.Certificate}
 	}
-	if err := configureHTTP2(srv); err != nil {
+	if err := http2server.Configure(srv); err != nil {
 		return err
 	}
 	go reportSelf(ctx, cfg)

@@ -1,4 +1,4 @@
-package serving
+package http2server
 
 import (
 	"fmt"
@@ -16,17 +16,17 @@ import (
 // flush, read by the client) on one HTTP/2 connection that also holds
 // idle streams — the tier's watch streams on a connection from the
 // aggregator or a client — with the default write scheduler and with the
-// one configureHTTP2 sets. Its cost per event should not grow with the
+// one Configure sets. Its cost per event should not grow with the
 // idle streams.
 //
-//	go test ./cache-server/internal/serving -run X -bench EventBesideIdleStreams -count 5
+//	go test ./cache-server/internal/http2server -run X -bench EventBesideIdleStreams -count 5
 func BenchmarkEventBesideIdleStreams(b *testing.B) {
 	for _, sched := range []struct {
 		name      string
 		configure func(*http.Server) error
 	}{
 		{"roundrobin", func(srv *http.Server) error { return http2.ConfigureServer(srv, &http2.Server{}) }},
-		{"configured", configureHTTP2},
+		{"configured", Configure},
 	} {
 		for _, idle := range []int{0, 200} {
 			b.Run(fmt.Sprintf("scheduler=%s/idle=%d", sched.name, idle), func(b *testing.B) {

@@ -1,4 +1,7 @@
-package serving
+// Package http2server configures the HTTP/2 server of the tier's HTTPS
+// APIs (serving.Run), one place for the roles and for the tests that must
+// run what they run.
+package http2server
 
 import (
 	"net/http"
@@ -6,7 +9,7 @@ import (
 	"golang.org/x/net/http2"
 )
 
-// configureHTTP2 serves HTTP/2 on srv with golang.org/x/net/http2, as
+// Configure serves HTTP/2 on srv with golang.org/x/net/http2, as
 // kube-apiserver does (k8s.io/apiserver's secure serving), with a write
 // scheduler whose cost per frame does not grow with the connection's idle
 // streams.
@@ -24,7 +27,7 @@ import (
 // frame costs the same beside 1 idle stream or 250. It ignores priorities,
 // as the round-robin one does; control frames still go first, and a
 // stream's own frames stay in order.
-func configureHTTP2(srv *http.Server) error {
+func Configure(srv *http.Server) error {
 	return http2.ConfigureServer(srv, &http2.Server{
 		NewWriteScheduler: http2.NewRandomWriteScheduler,
 	})
