@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cachetier/cachetier/api/topology"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
@@ -230,5 +232,65 @@ func TestReadsAtAnRVBeforeAReplicasRestart(t *testing.T) {
 		if err != nil || o == nil || o.Key != objs[i].Key {
 			t.Fatalf("get %d %s: %v, %v", i, objs[i].Key, o, err)
 		}
+	}
+}
+
+// A read of the latest state (RV=0 LIST, GET) whose shard restarted on
+// every replica, loading above the front's merged watermark, is served at
+// the apiserver's current RV after the shards applied it — as a consistent
+// read — never with the restarted store's 410: kube-apiserver does not
+// answer 410 to a read of its latest state. A read at an explicit RV (a
+// continued page) still gets the 410.
+func TestLatestReadAfterEveryReplicaRestarted(t *testing.T) {
+	objs := testObjects(3, 20)
+	f := newListFixture(t, 1, objs)
+	restarted, err := store.New(store.Options{Shards: 16, HistoryWindow: 150 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loadRV := uint64(listRV + 50)
+	if _, err := restarted.Replace(objs, loadRV); err != nil {
+		t.Fatal(err)
+	}
+	// The front's merged watermark, below the restarted replica's load.
+	f.src.hub.Progress(listRV)
+	var waits atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case shardwire.PathCurrentRV, shardwire.PathWait:
+			if r.URL.Path == shardwire.PathWait {
+				waits.Add(1)
+				// The shard's change stream reports its progress.
+				f.src.hub.Progress(loadRV)
+			}
+			out := f.pools.Writer(w)
+			defer f.pools.PutWriter(out)
+			_ = out.Watermark(loadRV, false)
+			_ = out.Flush()
+		default:
+			f.serve(w, r, restarted)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	sh := &f.src.client.topo.Shards[0]
+	sh.Endpoints = []string{strings.TrimPrefix(srv.URL, "https://")}
+
+	if _, err := f.src.List(store.ListRequest{SnapshotRV: listRV}); !errors.As(err, new(*store.ExpiredError)) {
+		t.Fatalf("a read at RV %d, before every replica's load: %v, want 410 Expired", listRV, err)
+	}
+	res, err := f.src.List(store.ListRequest{})
+	if err != nil || len(res.Items) != len(objs) || res.RV != loadRV {
+		t.Fatalf("RV=0 LIST: %d items at RV %d, %v; want %d at %d", len(res.Items), res.RV, err, len(objs), loadRV)
+	}
+	o, _, err := f.src.Get(objs[3].Key, 0)
+	if err != nil || o == nil || o.Key != objs[3].Key {
+		t.Fatalf("GET %s: %v, %v", objs[3].Key, o, err)
+	}
+	if waits.Load() == 0 {
+		t.Fatal("served without waiting for the shards to apply the apiserver's RV")
+	}
+	if n := testutil.ToFloat64(f.src.metrics.FleetLatestReadsRefreshed.WithLabelValues(f.src.label)); n != 1 {
+		// The GET found the watermark moved past the load by the LIST's wait.
+		t.Fatalf("cachetier_fleet_latest_reads_refreshed_total %v, want 1", n)
 	}
 }

@@ -67,7 +67,16 @@ func (s *Source) merge(req store.ListRequest, head func(rv uint64) error, item f
 	if req.Limit > 0 {
 		need = func() int64 { return req.Limit - taken }
 	}
-	m, err := s.openAll(ctx, req, rv, pageStep(req.Limit, len(s.client.topo.Shards)), need)
+	step := pageStep(req.Limit, len(s.client.topo.Shards))
+	m, err := s.openAll(ctx, req, rv, step, need)
+	if err != nil && req.SnapshotRV == 0 {
+		// The latest state, which a shard no longer holds at the merged
+		// watermark: read it at the apiserver's current RV (latestRV).
+		if rv, err = s.latestRV(err); err == nil {
+			res.RV = rv
+			m, err = s.openAll(ctx, req, rv, step, need)
+		}
+	}
 	if err != nil {
 		return store.ListResult{}, timedOut(err)
 	}

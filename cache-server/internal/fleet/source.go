@@ -29,6 +29,8 @@ type Source struct {
 	hub       *watch.Hub
 	metrics   *metrics.Metrics
 	log       logr.Logger
+	// freshness bounds latestRV's wait (Options.FreshnessTimeout).
+	freshness time.Duration
 
 	synced   chan struct{}
 	uncached atomic.Bool
@@ -58,8 +60,12 @@ type Options struct {
 	Entry         catalog.Entry
 	Client        *Client
 	HistoryWindow time.Duration
-	Metrics       *metrics.Metrics
-	Log           logr.Logger
+	// FreshnessTimeout bounds the freshness wait of a read of the latest
+	// state that the merged watermark cannot serve (latestRV); the
+	// profile's freshnessTimeout, as a consistent read's wait.
+	FreshnessTimeout time.Duration
+	Metrics          *metrics.Metrics
+	Log              logr.Logger
 }
 
 // NewSource returns the source; Run feeds its hub.
@@ -67,7 +73,7 @@ func NewSource(opts Options) *Source {
 	n := len(opts.Client.topo.Shards)
 	s := &Source{
 		id: shardwire.ResourceID(opts.Entry.Resource.GVR), label: opts.Entry.Resource.String(),
-		client: opts.Client, metrics: opts.Metrics, log: opts.Log,
+		client: opts.Client, metrics: opts.Metrics, log: opts.Log, freshness: opts.FreshnessTimeout,
 		synced: make(chan struct{}),
 		starts: make([]uint64, n), wm: make([]uint64, n), queues: make([][]store.Event, n), streaming: make([]string, n),
 		sizes: make([]store.Sizes, n),
@@ -171,6 +177,41 @@ func (s *Source) waitShards(ctx context.Context, rv uint64) error {
 	return nil
 }
 
+// latestRV is the RV at which to read the latest state when the merged
+// watermark is older than what a shard still holds: err is that shard's
+// 410 (every replica of it restarted since, loading above the watermark —
+// a rolled StatefulSet, a lost node — while the other shards' streams are
+// quiet and the watermark waits for the apiserver's next bookmark, up to a
+// minute). The read then takes the apiserver's current RV and waits for
+// every shard to apply it, as a consistent read does: kube-apiserver never
+// answers 410 to a read of its latest state (RV=0 LIST, GET). Any other
+// error, or a wait that fails, is returned as err.
+func (s *Source) latestRV(err error) (uint64, error) {
+	if !errors.As(err, new(*store.ExpiredError)) {
+		return 0, err
+	}
+	timeout := s.freshness
+	if timeout <= 0 {
+		timeout = defaultFreshness
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	rv, ferr := s.CurrentRV(ctx)
+	if ferr == nil {
+		ferr = s.WaitFresh(ctx, rv)
+	}
+	if ferr != nil {
+		s.log.Info("read of the latest state: a shard no longer holds the merged watermark, and the shards could not be brought to the apiserver's current RV", "resource", s.label, "watermark", s.hub.LastRV(), "err", err.Error(), "waitErr", ferr.Error())
+		return 0, err
+	}
+	s.metrics.FleetLatestReadsRefreshed.WithLabelValues(s.label).Inc()
+	return rv, nil
+}
+
+// defaultFreshness is the profile's default freshnessTimeout, for a Source
+// whose options give none.
+const defaultFreshness = 3 * time.Second
+
 // snapshotRV is the RV to read every shard at: the requested one, or the
 // merged watermark, which every shard has applied.
 func (s *Source) snapshotRV(rv uint64) uint64 {
@@ -201,15 +242,23 @@ func (s *Source) Get(key string, snapshotRV uint64) (*store.Object, uint64, erro
 	rv := s.snapshotRV(snapshotRV)
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
-	q := s.query("key", key, "rv", strconv.FormatUint(rv, 10))
 	// A restarted replica holds nothing before its load: ask the other
 	// (Client.otherReplica).
 	var obj *store.Object
 	var objRV uint64
-	err := s.client.askReplicas(i, func(prefer string) (err error) {
-		obj, objRV, err = s.getFrom(ctx, i, prefer, q)
-		return err
-	})
+	get := func(rv uint64) error {
+		q := s.query("key", key, "rv", strconv.FormatUint(rv, 10))
+		return s.client.askReplicas(i, func(prefer string) (err error) {
+			obj, objRV, err = s.getFrom(ctx, i, prefer, q)
+			return err
+		})
+	}
+	err := get(rv)
+	if err != nil && snapshotRV == 0 {
+		if rv, err = s.latestRV(err); err == nil {
+			err = get(rv)
+		}
+	}
 	if err != nil {
 		return nil, 0, err
 	}

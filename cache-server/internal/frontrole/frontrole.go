@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var resources []front.Resource
 	var sources []*fleet.Source
 	for i, e := range entries {
-		src := fleet.NewSource(fleet.Options{Entry: e, Client: client, HistoryWindow: settings.HistoryWindow, Metrics: m, Log: cfg.Log})
+		src := fleet.NewSource(fleet.Options{Entry: e, Client: client, HistoryWindow: settings.HistoryWindow, FreshnessTimeout: settings.FreshnessTimeout, Metrics: m, Log: cfg.Log})
 		go src.Run(ctx)
 		sources = append(sources, src)
 		resources = append(resources, front.Resource{Entry: e, Source: src, Hub: src.Hub(), Printer: printers[i]})

@@ -48,6 +48,10 @@ type Metrics struct {
 	FleetShardCalls      *prometheus.CounterVec   // shard, verb, outcome
 	FleetStreamRestarts  *prometheus.CounterVec   // resource, shard, reason
 	FleetWatermark       *prometheus.GaugeVec     // resource, shard
+	// FleetLatestReadsRefreshed: reads of the latest state served at the
+	// apiserver's current RV because a shard no longer held the merged
+	// watermark (fleet.Source.latestRV).
+	FleetLatestReadsRefreshed *prometheus.CounterVec // resource
 
 	ProtobufConversions *prometheus.CounterVec // path: cached, plan, typed
 	TableErrors         *prometheus.CounterVec // resource: Tables (kubectl get) that could not be built
@@ -240,6 +244,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_fleet_shard_watermark",
 		Help: "The resourceVersion up to which a front has every change of a shard; the front serves the minimum over shards.",
 	}, []string{"resource", "shard"})
+	m.FleetLatestReadsRefreshed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_fleet_latest_reads_refreshed_total",
+		Help: "Reads of the latest state (resourceVersion=0 LISTs, GETs) a front served at the apiserver's current resourceVersion, waiting as a consistent read, because a shard no longer held the front's merged watermark (every replica of it restarted since).",
+	}, []string{"resource"})
 	m.UpstreamResponses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_upstream_responses_total",
 		Help: "Responses of the apiserver to every call the tier makes (ingestion, resourceVersion fetches, TokenReview, SubjectAccessReview), by HTTP status code; code \"error\" when no response arrived.",
@@ -276,7 +284,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.RequestDeadlineExceeded.WithLabelValues(verb)
 	}
 	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit, m.APFConfigSynced, m.RequestDeadlineExceeded)
-	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark)
+	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark, m.FleetLatestReadsRefreshed)
 	m.TableErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_table_errors_total",
 		Help: "Table responses (kubectl get's server-side printing) that could not be built from stored objects, by resource; each is answered with an error Status and logged.",
