@@ -78,6 +78,9 @@ func NewSource(opts Options) *Source {
 		starts: make([]uint64, n), wm: make([]uint64, n), queues: make([][]store.Event, n), streaming: make([]string, n),
 		sizes: make([]store.Sizes, n),
 	}
+	// The series exists from the start: a refresh is rare, and its panel
+	// (and a rate over it) shows 0 rather than nothing.
+	opts.Metrics.FleetLatestReadsRefreshed.WithLabelValues(s.label)
 	s.hub = watch.New(watch.Options{
 		Resource: s.label, Store: s, FieldIndexes: opts.Entry.FieldIndexes, Metrics: opts.Metrics, Log: opts.Log,
 		HistoryWindow: opts.HistoryWindow, PrevIncluded: true,
