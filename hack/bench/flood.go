@@ -21,9 +21,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +49,8 @@ type floodOptions struct {
 	configMaps, cmSize int
 	pods, nodes        int
 	servers            string
+	clientSpec         string
+	clientPriority     string
 }
 
 func floodFlags() *floodOptions {
@@ -59,6 +64,8 @@ func floodFlags() *floodOptions {
 	flag.IntVar(&f.cmSize, "flood-configmap-size", 1024, "flood: bytes of data per ConfigMap")
 	flag.IntVar(&f.pods, "flood-pods", 10000, "flood: Pods, spread over -flood-nodes nodes")
 	flag.IntVar(&f.nodes, "flood-nodes", 200, "flood: nodes the Pods are bound to")
+	flag.StringVar(&f.clientPriority, "flood-client-priority", "idle", "flood: the flooder process's CPU scheduling: idle (SCHED_IDLE, as if it ran on a machine of its own; floodclient.go) or normal")
+	flag.StringVar(&f.clientSpec, "flood-client-spec", "", "flood: internal, the spec of a flooder process (-mode flood-client, started by -mode flood)")
 	flag.StringVar(&f.servers, "flood-servers", strings.Join(floodServerKeys, ","), "flood: the servers flooded, in order (comma-separated, of "+strings.Join(floodServerKeys, ", ")+")")
 	return &f
 }
@@ -80,6 +87,11 @@ type floodServer struct {
 	ca         []byte
 	serverName string
 	pids       []int
+	// admin is an admin client's config for the server's own process (the
+	// tier's or the fleet front's, also for the rows through the
+	// aggregator): -profile-dir profiles it in each flood phase, and a
+	// tier's /metrics gives its handler's time for the node's LISTs.
+	admin *rest.Config
 }
 
 // floodIdentities are the clients' kubeconfigs (client certificates from
@@ -185,6 +197,10 @@ type floodPhase struct {
 	elapsed                  time.Duration
 	nodeP50, nodeP99, getP50 time.Duration
 	getP99                   time.Duration
+	// handlerP99 is the bound of the tier's request-duration bucket
+	// holding the 99th percentile of the node's LISTs in the phase (0: not
+	// a tier, or no LIST recorded).
+	handlerP99 float64
 }
 
 // runFloodPhase runs the victims, and the flooder when flood is set
@@ -252,33 +268,21 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 		i := int(n.Add(1)) % f.pods
 		victim(workC, fmt.Sprintf("%s/api/v1/namespaces/flood-pods/pods/%s", s.host, benchPodName(i)), ph.workload)
 	})
+	var flooder *floodClientProcess
 	if flood != "" {
 		u, conc, bookmark := s.host+"/api/v1/configmaps", f.lists, false
 		if flood == "watchlists" {
 			u, conc, bookmark = u+"?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan", f.watchLists, true
 		}
-		var clients []*http.Client
-		for range 4 {
-			c, err := floodClient(ids.flooder, s)
-			if err != nil {
-				return nil, err
-			}
-			clients = append(clients, c)
-		}
-		for w := range conc {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for ctx.Err() == nil {
-					code, ra, lat, err := floodGet(ctx, clients[w%len(clients)], u, bookmark)
-					if cutByEnd(ctx, err) {
-						return
-					}
-					ph.flooder.add(code, ra, lat, err)
-				}
-			}()
+		spec := floodClientSpec{Kubeconfig: ids.flooder, Server: floodTarget{Host: s.host, CA: s.ca, ServerName: s.serverName},
+			URL: u, Concurrency: conc, UntilBookmark: bookmark, Duration: d, Idle: f.clientPriority == "idle"}
+		if flooder, err = startFloodClient(spec); err != nil {
+			cancel()
+			wg.Wait()
+			return nil, err
 		}
 	}
+	before := tierNodeListBuckets(s)
 	// Peak RSS and CPU of the server's processes over the phase.
 	cpu0, t0 := cpuTicksAll(s.pids), time.Now()
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -293,8 +297,14 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 	ph.elapsed = time.Since(t0)
 	ph.cpuMilliCores = (cpuTicksAll(s.pids) - cpu0) * 10 * 1000 / uint64(max(ph.elapsed.Milliseconds(), 1))
 	wg.Wait()
+	if flooder != nil {
+		if ph.flooder, err = flooder.wait(d); err != nil {
+			return nil, err
+		}
+	}
 	ph.nodeP50, ph.nodeP99 = ph.node.quantile(0.5), ph.node.quantile(0.99)
 	ph.getP50, ph.getP99 = ph.workload.quantile(0.5), ph.workload.quantile(0.99)
+	ph.handlerP99 = bucketQuantile(before, tierNodeListBuckets(s), 0.99)
 	return ph, nil
 }
 
@@ -315,6 +325,9 @@ func runFlood(ctx context.Context, o options, f *floodOptions) error {
 	keys, err := floodServerList(f.servers)
 	if err != nil {
 		return err
+	}
+	if f.clientPriority != "idle" && f.clientPriority != "normal" {
+		return fmt.Errorf("-flood-client-priority: %q is neither idle nor normal", f.clientPriority)
 	}
 	env, err := startEnv(ctx, &o)
 	if err != nil {
@@ -348,14 +361,14 @@ func runFlood(ctx context.Context, o options, f *floodOptions) error {
 	}
 	byKey := map[string]floodServer{}
 	for _, s := range []floodServer{
-		{key: "apiserver", name: "kube-apiserver", host: env.admin.Host, pids: []int{env.apiPID}},
-		{key: "standalone", name: "tier standalone", host: st.DirectURL, ca: st.DirectCA, serverName: st.ServerName, pids: []int{env.cp.PID(st.Process)}},
-		{key: "fleet", name: "tier fleet (2 shards + front)", host: fl.DirectURL, ca: fl.DirectCA, serverName: fl.ServerName, pids: fleetPIDs},
+		{key: "apiserver", name: "kube-apiserver", host: env.admin.Host, pids: []int{env.apiPID}, admin: env.admin},
+		{key: "standalone", name: "tier standalone", host: st.DirectURL, ca: st.DirectCA, serverName: st.ServerName, pids: []int{env.cp.PID(st.Process)}, admin: tierAdmin(env.admin, st.DirectURL, st.DirectCA, st.ServerName)},
+		{key: "fleet", name: "tier fleet (2 shards + front)", host: fl.DirectURL, ca: fl.DirectCA, serverName: fl.ServerName, pids: fleetPIDs, admin: tierAdmin(env.admin, fl.DirectURL, fl.DirectCA, fl.ServerName)},
 		// Through the aggregator the apiserver works too (authentication,
 		// its own APF, the proxy): its RSS and CPU are counted with the
 		// tier's.
-		{key: "standalone-aggregated", name: "tier standalone via aggregator (+ apiserver)", host: st.AggregatedURL, pids: []int{env.cp.PID(st.Process), env.apiPID}},
-		{key: "fleet-aggregated", name: "tier fleet via aggregator (+ apiserver)", host: fl.AggregatedURL, pids: append(slices.Clone(fleetPIDs), env.apiPID)},
+		{key: "standalone-aggregated", name: "tier standalone via aggregator (+ apiserver)", host: st.AggregatedURL, pids: []int{env.cp.PID(st.Process), env.apiPID}, admin: tierAdmin(env.admin, st.DirectURL, st.DirectCA, st.ServerName)},
+		{key: "fleet-aggregated", name: "tier fleet via aggregator (+ apiserver)", host: fl.AggregatedURL, pids: append(slices.Clone(fleetPIDs), env.apiPID), admin: tierAdmin(env.admin, fl.DirectURL, fl.DirectCA, fl.ServerName)},
 	} {
 		byKey[s.key] = s
 	}
@@ -364,7 +377,7 @@ func runFlood(ctx context.Context, o options, f *floodOptions) error {
 		servers = append(servers, byKey[k])
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "server\tphase\tnode LIST p50 ms\tp99 ms\tp99 / unloaded\tworkload GET p50 ms\tp99 ms\tp99 / unloaded\tvictims' failures\tflooder 200\t429\t429 share\t429 with Retry-After\t5xx (all)\tdropped (all)\tpeak RSS MiB\tCPU cores\t")
+	fmt.Fprintln(tw, "server\tphase\tnode LIST p50 ms\tp99 ms\tp99 / unloaded\tworkload GET p50 ms\tp99 ms\tp99 / unloaded\tvictims' failures\tflooder 200\t429\t429 share\t429 with Retry-After\t5xx (all)\tdropped (all)\tpeak RSS MiB\tCPU cores\ttier handler p99 ms\t")
 	for _, s := range servers {
 		var base *floodPhase
 		for _, phase := range []string{"", "lists", "watchlists"} {
@@ -373,7 +386,11 @@ func runFlood(ctx context.Context, o options, f *floodOptions) error {
 				d = f.unloaded
 			}
 			fmt.Fprintf(os.Stderr, "bench: %s: %s for %s\n", s.name, map[string]string{"": "unloaded", "lists": "LIST flood", "watchlists": "watch-list flood"}[phase], d)
+			profiled := profileFloodPhase(s, phase, o.profileDir, d)
 			ph, err := runFloodPhase(s, ids, f, phase, d)
+			if perr := profiled(); err == nil {
+				err = perr
+			}
 			if err != nil {
 				return err
 			}
@@ -402,11 +419,15 @@ func writeFloodRow(w io.Writer, server string, ph, base *floodPhase) {
 		ra = fmt.Sprintf("%d/%d", fl.withRetryAfter, fl.tooMany)
 	}
 	victimsFailed := ph.node.tooMany + ph.node.s5x + ph.node.other + ph.node.dropped + ph.workload.tooMany + ph.workload.s5x + ph.workload.other + ph.workload.dropped
-	fmt.Fprintf(w, "%s\t%s\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%.2f\t\n",
+	handler := "-"
+	if ph.handlerP99 > 0 {
+		handler = fmt.Sprintf("<= %g", ph.handlerP99*1000)
+	}
+	fmt.Fprintf(w, "%s\t%s\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%.2f\t%s\t\n",
 		server, ph.name, ms(ph.nodeP50), ms(ph.nodeP99), ratio(ph.nodeP99, base.nodeP99), ms(ph.getP50), ms(ph.getP99), ratio(ph.getP99, base.getP99),
 		victimsFailed, fl.ok, fl.tooMany, share, ra,
 		fl.s5x+ph.node.s5x+ph.workload.s5x, fl.dropped+ph.node.dropped+ph.workload.dropped+int(ph.watchDrops),
-		ph.peakRSS>>20, float64(ph.cpuMilliCores)/1000)
+		ph.peakRSS>>20, float64(ph.cpuMilliCores)/1000, handler)
 }
 
 // floodUsers makes the three identities and lets every authenticated user
@@ -437,4 +458,96 @@ func floodUsers(ctx context.Context, env *benchEnv, tierGroups ...string) (flood
 	}
 	ids.workload, err = env.cp.UserKubeconfig("system:serviceaccount:flood-pods:app", "system:serviceaccounts", "system:serviceaccounts:flood-pods")
 	return ids, err
+}
+
+// tierAdmin is admin's identity (the cluster CA's admin certificate, which
+// the tier trusts) at a tier's own address.
+func tierAdmin(admin *rest.Config, host string, ca []byte, serverName string) *rest.Config {
+	c := rest.CopyConfig(admin)
+	c.Host, c.CAData, c.CAFile, c.ServerName = host, ca, "", serverName
+	return c
+}
+
+// profileFloodPhase, with -profile-dir, takes a 10-second CPU profile of
+// the server reached (the tier's process, or the front of a fleet; the
+// apiserver for its own rows) from 10 s into a flood phase:
+// flood-<server>-<phase>.pprof. Where the server's CPU goes while the
+// victims wait. The returned func waits for it.
+func profileFloodPhase(s floodServer, phase, dir string, d time.Duration) func() error {
+	if dir == "" || phase == "" || s.admin == nil || d < 25*time.Second {
+		return func() error { return nil }
+	}
+	file := filepath.Join(dir, fmt.Sprintf("flood-%s-%s.pprof", s.key, phase))
+	done := make(chan error, 1)
+	go func() {
+		time.Sleep(10 * time.Second)
+		err := saveCPUProfile(s.admin, file)
+		if err == nil {
+			fmt.Fprintf(os.Stderr, "bench: wrote %s\n", file)
+		}
+		done <- err
+	}()
+	return func() error { return <-done }
+}
+
+// tierNodeListBuckets reads the tier's cachetier_request_duration_seconds
+// buckets of pods LISTs (in a flood only the node's: the flooder reads
+// ConfigMaps) from its /metrics: upper bound -> cumulative count. The
+// handler's time starts after authentication and priority and fairness
+// and ends with the last byte handed to the connection, so next to the
+// node's own p99 it says how much of the victim's wait was the tier's
+// handling and how much was waiting for the machine's cores, TLS, the
+// flow control and the client. Nil for the apiserver.
+func tierNodeListBuckets(s floodServer) map[float64]float64 {
+	if s.admin == nil || s.key == "apiserver" {
+		return nil
+	}
+	body, err := getOK(s.admin, "/metrics")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return nil
+	}
+	buckets := map[float64]float64{}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		rest, ok := strings.CutPrefix(line, "cachetier_request_duration_seconds_bucket{")
+		if !ok || !strings.Contains(rest, `verb="list"`) || !strings.Contains(rest, "pods") {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		_, le, found := strings.Cut(labels, `le="`)
+		if !ok || !found {
+			continue
+		}
+		le, _, _ = strings.Cut(le, `"`)
+		bound, err1 := strconv.ParseFloat(le, 64)
+		n, err2 := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err1 == nil && err2 == nil {
+			buckets[bound] += n
+		}
+	}
+	return buckets
+}
+
+// bucketQuantile is the upper bound of the bucket holding quantile q of
+// the observations made between two readings of a histogram's cumulative
+// buckets (+Inf when it lies beyond the last finite bound); 0 without
+// observations.
+func bucketQuantile(before, after map[float64]float64, q float64) float64 {
+	if after == nil {
+		return 0
+	}
+	bounds := slices.Sorted(maps.Keys(after))
+	if len(bounds) == 0 {
+		return 0
+	}
+	total := after[bounds[len(bounds)-1]] - before[bounds[len(bounds)-1]]
+	if total <= 0 {
+		return 0
+	}
+	for _, b := range bounds {
+		if after[b]-before[b] >= q*total {
+			return b
+		}
+	}
+	return bounds[len(bounds)-1]
 }

@@ -152,6 +152,12 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	case "flood-client":
+		if err := runFloodClient(flo.clientSpec); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: flooder:", err)
+			os.Exit(1)
+		}
+		return
 	case "aggwatch":
 		if err := runAggWatch(context.Background(), o, wo, ao); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The flooder runs in a process of its own (-mode flood-client, started by
+// runFloodPhase), as it would on a machine of its own. In the victims'
+// process its 64 readers — each inflating and decrypting ~10 MiB bodies
+// back to back — kept the Go scheduler of that process busy, so a victim's
+// response waited behind them in the bench's run queue before its
+// latency was taken: the bench measured its own client. In separate
+// processes the kernel still shares the two cores among all of them, but
+// a victim that wakes on its response is scheduled as a process of its
+// own (CFS favours the task that slept), as a kubelet on its node is.
+//
+// Even so, the flooder's client is the largest CPU user of the flood: it
+// inflates and decrypts every body the server sends it (~100 MiB/s of
+// ConfigMaps from a tier), and on a cluster it would do so on a machine
+// of its own. With -flood-client-priority idle (the default) its threads
+// run under SCHED_IDLE: they take the cores only when the servers and the
+// victims leave them idle, which is as close to "elsewhere" as one machine
+// gets. The flood on the server is unchanged in kind — the client keeps
+// its concurrent requests outstanding and reads each body as fast as the
+// leftover CPU lets it — but the victims wait for what the server does,
+// not for the bench. "normal" runs it as any process.
+
+// floodClientSpec is what a flooder process is told (-flood-client-spec,
+// JSON).
+type floodClientSpec struct {
+	Kubeconfig    string        `json:"kubeconfig"`
+	Server        floodTarget   `json:"server"`
+	URL           string        `json:"url"`
+	Concurrency   int           `json:"concurrency"`
+	UntilBookmark bool          `json:"untilBookmark"`
+	Duration      time.Duration `json:"duration"`
+	// Idle runs the process's threads under SCHED_IDLE.
+	Idle bool `json:"idle"`
+}
+
+// floodTarget is the part of a floodServer a client needs.
+type floodTarget struct {
+	Host       string `json:"host"`
+	CA         []byte `json:"ca,omitempty"`
+	ServerName string `json:"serverName,omitempty"`
+}
+
+// floodCounts is a flooder's tally, as its process reports it (stdout,
+// JSON).
+type floodCounts struct {
+	OK, TooMany, WithRetryAfter, S5x, Other, Dropped int
+}
+
+// runFloodClient is -mode flood-client: spec's flood for its duration,
+// then the counts on stdout.
+func runFloodClient(specJSON string) error {
+	var spec floodClientSpec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		return fmt.Errorf("-flood-client-spec: %w", err)
+	}
+	if spec.Idle {
+		if err := schedIdle(); err != nil {
+			return err
+		}
+	}
+	s := floodServer{host: spec.Server.Host, ca: spec.Server.CA, serverName: spec.Server.ServerName}
+	// Four connections (HTTP/2 multiplexes the requests on them), as a
+	// client-go program with a few clients would hold.
+	var clients [4]*http.Client
+	for i := range clients {
+		c, err := floodClient(spec.Kubeconfig, s)
+		if err != nil {
+			return err
+		}
+		clients[i] = c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), spec.Duration)
+	defer cancel()
+	t := &floodTally{}
+	var wg sync.WaitGroup
+	for w := range spec.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				code, ra, lat, err := floodGet(ctx, clients[w%len(clients)], spec.URL, spec.UntilBookmark)
+				if cutByEnd(ctx, err) {
+					return
+				}
+				t.add(code, ra, lat, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return json.NewEncoder(os.Stdout).Encode(floodCounts{OK: t.ok, TooMany: t.tooMany, WithRetryAfter: t.withRetryAfter, S5x: t.s5x, Other: t.other, Dropped: t.dropped})
+}
+
+// floodClientProcess is a started flooder process.
+type floodClientProcess struct {
+	cmd    *exec.Cmd
+	stdout *bytes.Buffer
+}
+
+// startFloodClient starts this binary in -mode flood-client with spec.
+func startFloodClient(spec floodClientSpec) (*floodClientProcess, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	p := &floodClientProcess{stdout: &bytes.Buffer{}}
+	p.cmd = exec.Command(self, "-mode", "flood-client", "-flood-client-spec", string(b))
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, os.Stderr
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the flooder process: %w", err)
+	}
+	return p, nil
+}
+
+// wait waits for the flooder's end and returns its tally. A flooder that
+// outlives its duration by a minute is killed: a bench that hangs would
+// measure nothing.
+func (p *floodClientProcess) wait(duration time.Duration) (*floodTally, error) {
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(duration + time.Minute):
+		_ = p.cmd.Process.Kill()
+		err = fmt.Errorf("the flooder process did not end a minute after its %s", duration)
+		<-done
+	}
+	if err != nil {
+		return nil, fmt.Errorf("flooder process: %w", err)
+	}
+	var c floodCounts
+	if err := json.Unmarshal(p.stdout.Bytes(), &c); err != nil {
+		return nil, fmt.Errorf("flooder process: reading its counts %q: %w", p.stdout.String(), err)
+	}
+	return &floodTally{ok: c.OK, tooMany: c.TooMany, withRetryAfter: c.WithRetryAfter, s5x: c.S5x, other: c.Other, dropped: c.Dropped}, nil
+}
+
+// schedIdle puts every thread of this process under SCHED_IDLE; threads
+// started later inherit it from the thread that starts them. The policy is
+// per thread on Linux, so each is set by its id.
+func schedIdle() error {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetAttr(tid, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_IDLE}, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("SCHED_IDLE for thread %d: %w", tid, err)
+		}
+	}
+	return nil
+}
