@@ -155,7 +155,7 @@ func runStandalone(args []string) error {
 	certDir := c.fs.String("cert-dir", "", "where a generated self-signed certificate and its CA are written")
 	hosts := c.fs.String("tls-hosts", "localhost,127.0.0.1", "comma-separated DNS names/IPs for a generated certificate")
 	protobufCache := c.fs.Int64("protobuf-cache-bytes", encoding.DefaultCacheBytes, "memory for protobuf encodings of cached objects, kept for protobuf clients (client-go's typed informers); a miss converts the stored JSON again; messages of 64 KiB and more are never kept (streamed from the JSON); 0 = the default")
-	listGzipCache := c.fs.Int64("list-gzip-cache-bytes", gzipchunks.DefaultCacheBytes, "memory for compressed chunks of gzipped JSON LISTs, kept so a LIST of objects that did not change since an earlier LIST is not compressed again; chunks that compress to more than half their size are not kept; 0 = the default, negative = none kept")
+	listGzipCache := c.fs.Int64("list-gzip-cache-bytes", gzipchunks.DefaultCacheBytes, "memory for compressed chunks of gzipped JSON LISTs and watch-lists' initial events, kept so a LIST or watch-list of objects that did not change since an earlier one is not compressed again; chunks that compress to more than half their size are not kept; 0 = the default, negative = none kept")
 	for _, a := range args {
 		if strings.HasPrefix(strings.TrimLeft(a, "-"), "metrics-listen") {
 			return fmt.Errorf("--metrics-listen is for the shard and front roles; standalone serves /metrics and its probes on its API port")

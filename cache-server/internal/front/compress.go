@@ -433,6 +433,33 @@ func (wb *watchBody) dropEvent() {
 	}
 }
 
+// writeChunks writes objs, each framed by frame, as a gzip member of its
+// own made of the chunks scope keeps (compressing and keeping those it does
+// not have yet), after ending any open member. The member's data ends with
+// a sync flush (every chunk does), so the client decodes all of it without
+// waiting for the next member, as endMember ensures for the others.
+func (wb *watchBody) writeChunks(scope *gzipchunks.Scope, objs []*store.Object, frame func(gzipchunks.ItemWriter, *store.Object)) error {
+	if len(objs) == 0 {
+		return nil
+	}
+	if wb.z.gw != nil {
+		if err := wb.endMember(); err != nil {
+			return err
+		}
+	}
+	out := wb.b.bufs.Get().(*bufio.Writer)
+	out.Reset(wb.w)
+	zw := scope.NewWriter(out)
+	zw.Items(objs, frame)
+	err := zw.Close()
+	if ferr := out.Flush(); err == nil {
+		err = ferr
+	}
+	out.Reset(nil)
+	wb.b.bufs.Put(out)
+	return err
+}
+
 // WriteString keeps the ResponseWriter's WriteString for plain streams.
 func (wb *watchBody) WriteString(s string) (int, error) {
 	if !wb.compress {

@@ -99,7 +99,11 @@ type resource struct {
 	// their Seqs name states of objects of one Store (store.Object.Seq);
 	// a fleet front's objects come from shards.
 	gzipChunks *gzipchunks.Scope
-	printer    tables.Printer
+	// watchListChunks keeps, under the same rule and budget, the
+	// compressed chunks of gzipped JSON watch-lists' initial events
+	// (watchWriter.initialEvents).
+	watchListChunks *gzipchunks.Scope
+	printer         tables.Printer
 	// tableFailed records a Table that could not be built.
 	tableFailed func(error)
 	GVR         schema.GroupVersionResource
@@ -138,6 +142,7 @@ func New(opts Options) *Server {
 				})
 			}
 			res.gzipChunks = chunks.Scope(res.label)
+			res.watchListChunks = chunks.StreamScope(res.label)
 		}
 		// At 0 from the start even where no chunks are kept (a fleet's
 		// front): the dashboard shows "no hits", not "no data".

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 )
@@ -359,3 +360,48 @@ func TestWatchBodyGathersEvents(t *testing.T) {
 		t.Fatal("a partly gathered event kept after Close")
 	}
 }
+
+// A gzipped JSON watch-list's initial events come from the compressed
+// chunks kept between watch-lists: the second one of the same objects
+// compresses nothing again, and both decode to the uncompressed
+// response's frames. Initial events without the end bookmark, and
+// protobuf, are written event by event as before (TestWatchListCompression).
+func TestWatchListInitialEventsFromKeptChunks(t *testing.T) {
+	const n = 2000
+	bt := newBenchTierFields(t, benchObjects(n, 1024), true, true)
+	tier := httptest.NewServer(bt.srv)
+	t.Cleanup(func() {
+		tier.CloseClientConnections()
+		tier.Close()
+		bt.stop()
+	})
+	url := tier.URL + benchPath + "?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"
+	chunks := func(result string) float64 {
+		return testutil.ToFloat64(bt.metrics.ListGzipChunks.WithLabelValues("configmaps", result))
+	}
+	plain := readWatchHead(t, url, "application/json", "", 0)
+	if chunks("miss")+chunks("hit") != 0 {
+		t.Fatalf("an uncompressed watch-list used chunks: %v misses, %v hits", chunks("miss"), chunks("hit"))
+	}
+	cold := readWatchHead(t, url, "application/json", "gzip", 0)
+	misses := chunks("miss")
+	if cold.contentEncoding != "gzip" || !bytes.Equal(cold.frames, plain.frames) {
+		t.Fatalf("first gzipped watch-list: Content-Encoding %q, frames equal to the plain ones: %v", cold.contentEncoding, bytes.Equal(cold.frames, plain.frames))
+	}
+	if misses < n/chunkItemsApprox/2 || chunks("hit") != 0 {
+		t.Fatalf("first gzipped watch-list: %v chunks compressed, %v taken from the cache; want ~%d compressed", misses, chunks("hit"), n/chunkItemsApprox)
+	}
+	warm := readWatchHead(t, url, "application/json", "gzip", 0)
+	if !bytes.Equal(warm.frames, plain.frames) {
+		t.Fatal("second gzipped watch-list: frames differ from the plain ones")
+	}
+	if chunks("miss") != misses || chunks("hit") != misses {
+		t.Fatalf("second gzipped watch-list: %v more compressed, %v from the cache; want 0 and %v", chunks("miss")-misses, chunks("hit"), misses)
+	}
+	if got := testutil.ToFloat64(bt.metrics.WatchEvents.WithLabelValues("configmaps", "ADDED")); got != 3*n {
+		t.Errorf("ADDED events counted: %v, want %d", got, 3*n)
+	}
+}
+
+// chunkItemsApprox is gzipchunks' average chunk length in objects.
+const chunkItemsApprox = 64

@@ -1,6 +1,7 @@
-// Package gzipchunks writes gzip-compressed JSON list bodies from deflate
-// segments kept between requests, so a LIST of objects that did not change
-// since an earlier LIST is not compressed again.
+// Package gzipchunks writes gzip-compressed JSON list bodies (and the
+// initial events of watch-lists) from deflate segments kept between
+// requests, so a LIST of objects that did not change since an earlier LIST
+// is not compressed again.
 //
 // Compressing is most of what a large LIST costs the tier: the stored
 // bytes are written as they are, but kube-apiserver gzips every LIST body
@@ -83,19 +84,38 @@ func New(maxBytes int64, m Metrics) *Cache {
 	return c
 }
 
-// Scope is one resource's part of the cache. Seqs are unique within one
-// Store only, so a Scope must serve the objects of one Store.
+// Scope is one resource's part of the cache, for one form of body. Seqs
+// are unique within one Store only, so a Scope must serve the objects of
+// one Store.
 type Scope struct {
 	c            *Cache
 	hits, misses prometheus.Counter
+	// sep is written between two items (and so between two chunks): a
+	// list's comma, nothing between a watch stream's event frames (each
+	// ends in its own newline).
+	sep []byte
 }
 
-// Scope returns a new scope whose chunks are counted under resource.
+// Scope returns a new scope for JSON list bodies (items joined by commas)
+// whose chunks are counted under resource.
 func (c *Cache) Scope(resource string) *Scope {
+	return c.scope(resource, []byte{','})
+}
+
+// StreamScope returns a new scope for streams of self-delimiting items (a
+// watch-list's initial ADDED events, one JSON frame per line), counted
+// under resource with the resource's list chunks. Its chunks are its own:
+// the same objects framed as events are other bytes than as list items.
+func (c *Cache) StreamScope(resource string) *Scope {
+	return c.scope(resource, nil)
+}
+
+func (c *Cache) scope(resource string, sep []byte) *Scope {
 	return &Scope{
 		c:      c,
 		hits:   c.metrics.Chunks.WithLabelValues(resource, "hit"),
 		misses: c.metrics.Chunks.WithLabelValues(resource, "miss"),
+		sep:    sep,
 	}
 }
 

@@ -539,3 +539,51 @@ func cacheBytes(c *Cache) int64 {
 	defer c.mu.Unlock()
 	return c.used
 }
+
+// A stream scope (a watch-list's initial events) joins its items with
+// nothing: each frame ends in its own newline. Its chunks are not a list
+// scope's, although the objects are the same.
+func TestStreamScopeFrames(t *testing.T) {
+	m := newMetrics()
+	c := New(0, m)
+	list, stream := c.Scope("configmaps"), c.StreamScope("configmaps")
+	st, _ := newStore(t, 1000, 512, xs)
+	all := listItems(t, st, store.ListRequest{})
+	frame := func(dst ItemWriter, o *store.Object) {
+		_, _ = dst.Write([]byte(`{"type":"ADDED","object":`))
+		_, _ = dst.Write(o.Raw)
+		_, _ = dst.Write([]byte("}\n"))
+	}
+	var want bytes.Buffer
+	for _, o := range all {
+		fmt.Fprintf(&want, "{\"type\":\"ADDED\",\"object\":%s}\n", o.Raw)
+	}
+	write := func(s *Scope, item func(ItemWriter, *store.Object)) []byte {
+		var out bytes.Buffer
+		bw := bufio.NewWriter(&out)
+		w := s.NewWriter(bw)
+		w.Items(all, item)
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_ = bw.Flush()
+		return out.Bytes()
+	}
+	checkBody(t, list, "[", all, "]", "the list before the stream")
+	listEntries := cacheLen(c)
+	cold := write(stream, frame)
+	if got := gunzip(t, cold); !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("cold stream decompresses to %d bytes, want the %d of the frames", len(got), len(want.Bytes()))
+	}
+	if cacheLen(c) != 2*listEntries {
+		t.Fatalf("%d entries after the list's %d and the stream's: want the stream's chunks kept beside the list's", cacheLen(c), listEntries)
+	}
+	hits := testutil.ToFloat64(m.Chunks.WithLabelValues("configmaps", "hit"))
+	if warm := write(stream, frame); !bytes.Equal(warm, cold) {
+		t.Fatal("warm stream differs from the cold one")
+	}
+	if got := testutil.ToFloat64(m.Chunks.WithLabelValues("configmaps", "hit")) - hits; got != float64(listEntries) {
+		t.Fatalf("warm stream: %v hits, want %d", got, listEntries)
+	}
+	checkBody(t, list, "[", all, "]", "the list after the stream")
+}

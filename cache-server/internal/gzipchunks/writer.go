@@ -53,7 +53,6 @@ type Writer struct {
 	// pending: fresh bytes were compressed since fw was last flushed.
 	pending bool
 	items   *bufio.Writer // a chunk's items on their way to fw
-	comma   [1]byte       // ",", written between chunks
 }
 
 // sink is where the compressor's output goes: the response, and while a
@@ -96,7 +95,7 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 // written to it as they are, fresh output in blocks of a few KiB). Close
 // must be called, whatever happened, to return the writer's buffers.
 func (s *Scope) NewWriter(dst io.Writer) *Writer {
-	w := &Writer{s: s, fw: s.c.deflaters.Get().(*flate.Writer), out: sink{dst: dst}, comma: [1]byte{','}}
+	w := &Writer{s: s, fw: s.c.deflaters.Get().(*flate.Writer), out: sink{dst: dst}}
 	w.fw.Reset(&w.out)
 	_, _ = io.WriteString(&w.out, gzipHeader)
 	return w
@@ -113,7 +112,8 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return w.fw.Write(p)
 }
 
-// Items writes items joined by commas, each by write, in chunks that are
+// Items writes items joined by the scope's separator (a list's commas),
+// each by write, in chunks that are
 // taken from the cache when an earlier body kept them for exactly these
 // objects and compressed (and kept) otherwise. write must write the same
 // bytes for the same object state every time (that is what lets a chunk
@@ -121,8 +121,8 @@ func (w *Writer) Write(p []byte) (int, error) {
 func (w *Writer) Items(items []*store.Object, write func(dst ItemWriter, o *store.Object)) {
 	for start := 0; start < len(items); {
 		end, keep := chunkEnd(items, start)
-		if start > 0 {
-			_, _ = w.Write(w.comma[:])
+		if start > 0 && len(w.s.sep) > 0 {
+			_, _ = w.Write(w.s.sep)
 		}
 		w.chunk(items[start:end], keep, write)
 		start = end
@@ -179,7 +179,7 @@ func (w *Writer) chunk(items []*store.Object, keep bool, write func(dst ItemWrit
 	w.items.Reset(&cw)
 	for i, o := range items {
 		if i > 0 {
-			_ = w.items.WriteByte(',')
+			_, _ = w.items.Write(w.s.sep)
 		}
 		write(w.items, o)
 	}

@@ -291,15 +291,15 @@ func New(reg prometheus.Registerer) *Metrics {
 	}, []string{"resource"})
 	m.ListGzipChunks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_list_gzip_chunks_total",
-		Help: "Chunks of gzipped JSON LIST bodies, by resource and result: hit (its compressed bytes were kept from an earlier LIST of the same objects), miss (compressed now).",
+		Help: "Chunks of gzipped JSON LIST bodies and watch-lists' initial events, by resource and result: hit (its compressed bytes were kept from an earlier LIST or watch-list of the same objects), miss (compressed now).",
 	}, []string{"resource", "result"})
 	m.ListGzipBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "cachetier_list_gzip_cache_bytes",
-		Help: "Bytes of compressed LIST chunks kept for later LISTs (bounded by --list-gzip-cache-bytes).",
+		Help: "Bytes of compressed LIST and watch-list chunks kept for later requests (bounded by --list-gzip-cache-bytes).",
 	})
 	m.ListGzipEvictions = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cachetier_list_gzip_cache_evictions_total",
-		Help: "Compressed LIST chunks dropped to stay within --list-gzip-cache-bytes (least recently used first).",
+		Help: "Compressed LIST and watch-list chunks dropped to stay within --list-gzip-cache-bytes (least recently used first).",
 	})
 	reg.MustRegister(m.ListGzipChunks, m.ListGzipBytes, m.ListGzipEvictions)
 	m.IndexEntries = prometheus.NewGaugeVec(prometheus.GaugeOpts{
