@@ -32,7 +32,7 @@ import (
 //	b := encodeStatus(enc, st)                  // an error body (Status) in enc
 //	enc.contentType()                           // the response Content-Type
 //	writeErrorAs(w, errEnc, err)                // writeError in the error encoding
-//	frame := watchFrame(enc, "ADDED", b)        // one watch event around encodeObject's bytes
+//	writeJSONEvent(w, "ADDED", b)              // one JSON watch event around encodeObject's bytes
 //
 // No LIST body is built whole: writeList writes every form as it encodes
 // it, so a request holds the objects it lists and a fixed buffer, not a
@@ -381,21 +381,6 @@ func encodeStatus(enc encoding, st metav1.Status) []byte {
 	st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
 	b, _ := marshalLine(st)
 	return b
-}
-
-// watchFrame is one watch event around an object encoded by encodeObject:
-// a JSON line {"type":...,"object":...}, or a length-prefixed protobuf
-// WatchEvent.
-func watchFrame(enc encoding, eventType string, object []byte) []byte {
-	if enc.isProtobuf() {
-		return encoding_.WatchFrame(eventType, object)
-	}
-	out := make([]byte, 0, len(object)+32)
-	out = append(out, `{"type":`...)
-	out = strconv.AppendQuote(out, eventType)
-	out = append(out, `,"object":`...)
-	out = append(out, bytes.TrimRight(object, "\n")...)
-	return append(out, "}\n"...)
 }
 
 // writeErrorAs writes err as a Status in enc (see writeError).

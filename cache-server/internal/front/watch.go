@@ -276,16 +276,11 @@ func (ww *watchWriter) initialEvents(watcher *watch.Watcher) (n int, werr, err e
 	return n, werr, err
 }
 
-// writeAddedFrame writes o's ADDED event as watchWriter.frame does for
-// JSON: the same bytes for the same stored state, every time.
+// writeAddedFrame writes o's ADDED event, an item of a watch-list's kept
+// chunks.
 func writeAddedFrame(dst gzipchunks.ItemWriter, o *store.Object) {
-	_, _ = io.WriteString(dst, addedFrameHead)
-	_, _ = dst.Write(bytes.TrimRight(o.Raw, "\n"))
-	_, _ = io.WriteString(dst, "}\n")
+	_ = writeJSONEvent(dst, "ADDED", o.Raw)
 }
-
-// addedFrameHead is the JSON frame of an ADDED event up to its object.
-const addedFrameHead = `{"type":"ADDED","object":`
 
 // logWatchEnd logs a watch stream that ended early while its client was
 // still connected: an object that could not be encoded, or a watcher the
@@ -316,22 +311,51 @@ type watchWriter struct {
 func (ww *watchWriter) frame(typ string, obj []byte) error {
 	var err error
 	if ww.enc.isProtobuf() {
-		_, err = ww.w.Write(watchFrame(ww.enc, typ, obj))
+		_, err = ww.w.Write(encoding_.WatchFrame(typ, obj))
 	} else {
-		// Three writes instead of one concatenated frame: the object is
-		// the stored bytes, and copying them per event per watcher was the
-		// bulk of a watch-list's garbage (a 500 KiB Secret to 64 watchers
-		// is 32 MiB per event). The watchBody gathers the three of a small
-		// object into its pooled event buffer (eventCoalesceMax) and
-		// passes a large object through uncopied (the compressor, for a
-		// gzipped watch-list, copies all three).
-		if _, err = io.WriteString(ww.w, `{"type":`+strconv.Quote(typ)+`,"object":`); err == nil {
-			if _, err = ww.w.Write(bytes.TrimRight(obj, "\n")); err == nil {
-				_, err = io.WriteString(ww.w, "}\n")
-			}
-		}
+		err = writeJSONEvent(ww.w, typ, obj)
 	}
 	return ww.sent(typ, err)
+}
+
+// writeJSONEvent writes a JSON watch event, {"type":…,"object":…} and a
+// newline, around an object's JSON. It is the one place those bytes are
+// made: a gzipped watch-list's kept chunks (initialEvents) must hold what
+// the event-by-event path writes.
+//
+// Three writes instead of one concatenated frame: the object is the stored
+// bytes, and copying them per event per watcher was the bulk of a
+// watch-list's garbage (a 500 KiB Secret to 64 watchers is 32 MiB per
+// event). The watchBody gathers the three of a small object into its
+// pooled event buffer (eventCoalesceMax) and passes a large object through
+// uncopied (the compressor, for a gzipped watch-list, copies all three).
+func writeJSONEvent(w io.Writer, typ string, obj []byte) error {
+	if _, err := io.WriteString(w, jsonEventHead(typ)); err != nil {
+		return err
+	}
+	if _, err := w.Write(bytes.TrimRight(obj, "\n")); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "}\n")
+	return err
+}
+
+// jsonEventHead is a JSON watch event up to its object; constant for the
+// event types a stream carries, so the head costs no allocation per event.
+func jsonEventHead(typ string) string {
+	switch typ {
+	case "ADDED":
+		return `{"type":"ADDED","object":`
+	case "MODIFIED":
+		return `{"type":"MODIFIED","object":`
+	case "DELETED":
+		return `{"type":"DELETED","object":`
+	case "BOOKMARK":
+		return `{"type":"BOOKMARK","object":`
+	case "ERROR":
+		return `{"type":"ERROR","object":`
+	}
+	return `{"type":` + strconv.Quote(typ) + `,"object":`
 }
 
 // sent ends an event: written in one piece (watchBody.EndEvent) and
