@@ -81,12 +81,10 @@ var floodServerKeys = []string{"apiserver", "standalone", "fleet", "standalone-a
 // floodServer is one server under test: where to send requests, and the
 // processes whose RSS and CPU are measured.
 type floodServer struct {
-	key        string
-	name       string
-	host       string
-	ca         []byte
-	serverName string
-	pids       []int
+	key  string
+	name string
+	floodTarget
+	pids []int
 	// admin is an admin client's config for the server's own process (the
 	// tier's or the fleet front's, also for the rows through the
 	// aggregator): -profile-dir profiles it in each flood phase, and a
@@ -100,24 +98,23 @@ type floodIdentities struct{ flooder, node, workload string }
 
 // floodClient is an HTTP client of a kubeconfig's identity to s; each
 // has connections of its own (HTTP/2 multiplexes ~250 streams on one).
-func floodClient(kubeconfig string, s floodServer) (*http.Client, error) {
+func floodClient(kubeconfig string, s floodTarget) (*http.Client, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Host = s.host
-	if s.ca != nil { // a tier: its own serving CA (the apiserver's is the kubeconfig's)
-		cfg.CAData, cfg.CAFile, cfg.ServerName = s.ca, "", s.serverName
+	cfg.Host = s.Host
+	if s.CA != nil { // a tier: its own serving CA (the apiserver's is the kubeconfig's)
+		cfg.CAData, cfg.CAFile, cfg.ServerName = s.CA, "", s.ServerName
 	}
 	return rest.HTTPClientFor(cfg)
 }
 
 // floodTally is what a class of client saw in a phase.
 type floodTally struct {
-	mu                               sync.Mutex
-	lat                              []time.Duration // of the 200s
-	ok, tooMany, withRetryAfter, s5x int
-	other, dropped                   int
+	mu  sync.Mutex
+	lat []time.Duration // of the 200s
+	floodCounts
 }
 
 func (t *floodTally) add(code int, retryAfter bool, d time.Duration, err error) {
@@ -125,19 +122,19 @@ func (t *floodTally) add(code int, retryAfter bool, d time.Duration, err error) 
 	defer t.mu.Unlock()
 	switch {
 	case err != nil:
-		t.dropped++
+		t.Dropped++
 	case code == http.StatusOK:
-		t.ok++
+		t.OK++
 		t.lat = append(t.lat, d)
 	case code == http.StatusTooManyRequests:
-		t.tooMany++
+		t.TooMany++
 		if retryAfter {
-			t.withRetryAfter++
+			t.WithRetryAfter++
 		}
 	case code >= 500:
-		t.s5x++
+		t.S5x++
 	default:
-		t.other++
+		t.Other++
 	}
 }
 
@@ -210,11 +207,11 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 	if flood == "" {
 		ph.name = "unloaded"
 	}
-	nodeC, err := floodClient(ids.node, s)
+	nodeC, err := floodClient(ids.node, s.floodTarget)
 	if err != nil {
 		return nil, err
 	}
-	workC, err := floodClient(ids.workload, s)
+	workC, err := floodClient(ids.workload, s.floodTarget)
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +219,7 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 	defer cancel()
 	var wg sync.WaitGroup
 	node := benchNodeName(7)
-	podsOfNode := s.host + "/api/v1/pods?fieldSelector=spec.nodeName%3D" + node
+	podsOfNode := s.Host + "/api/v1/pods?fieldSelector=spec.nodeName%3D" + node
 	// The node's watch stays open for the phase; ending early is a drop.
 	wg.Add(1)
 	go func() {
@@ -266,15 +263,15 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 	var n atomic.Int64
 	every(time.Second/time.Duration(max(f.gets, 1)), func() {
 		i := int(n.Add(1)) % f.pods
-		victim(workC, fmt.Sprintf("%s/api/v1/namespaces/flood-pods/pods/%s", s.host, benchPodName(i)), ph.workload)
+		victim(workC, fmt.Sprintf("%s/api/v1/namespaces/flood-pods/pods/%s", s.Host, benchPodName(i)), ph.workload)
 	})
 	var flooder *floodClientProcess
 	if flood != "" {
-		u, conc, bookmark := s.host+"/api/v1/configmaps", f.lists, false
+		u, conc, bookmark := s.Host+"/api/v1/configmaps", f.lists, false
 		if flood == "watchlists" {
 			u, conc, bookmark = u+"?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan", f.watchLists, true
 		}
-		spec := floodClientSpec{Kubeconfig: ids.flooder, Server: floodTarget{Host: s.host, CA: s.ca, ServerName: s.serverName},
+		spec := floodClientSpec{Kubeconfig: ids.flooder, Server: s.floodTarget,
 			URL: u, Concurrency: conc, UntilBookmark: bookmark, Duration: d, Idle: f.clientPriority == "idle"}
 		if flooder, err = startFloodClient(spec); err != nil {
 			cancel()
@@ -359,16 +356,18 @@ func runFlood(ctx context.Context, o options, f *floodOptions) error {
 	for i := range 2 {
 		fleetPIDs = append(fleetPIDs, env.cp.PID(fmt.Sprintf("floodfleet-shard-%d", i)))
 	}
+	stDirect := floodTarget{Host: st.DirectURL, CA: st.DirectCA, ServerName: st.ServerName}
+	flDirect := floodTarget{Host: fl.DirectURL, CA: fl.DirectCA, ServerName: fl.ServerName}
 	byKey := map[string]floodServer{}
 	for _, s := range []floodServer{
-		{key: "apiserver", name: "kube-apiserver", host: env.admin.Host, pids: []int{env.apiPID}, admin: env.admin},
-		{key: "standalone", name: "tier standalone", host: st.DirectURL, ca: st.DirectCA, serverName: st.ServerName, pids: []int{env.cp.PID(st.Process)}, admin: tierAdmin(env.admin, st.DirectURL, st.DirectCA, st.ServerName)},
-		{key: "fleet", name: "tier fleet (2 shards + front)", host: fl.DirectURL, ca: fl.DirectCA, serverName: fl.ServerName, pids: fleetPIDs, admin: tierAdmin(env.admin, fl.DirectURL, fl.DirectCA, fl.ServerName)},
+		{key: "apiserver", name: "kube-apiserver", floodTarget: floodTarget{Host: env.admin.Host}, pids: []int{env.apiPID}, admin: env.admin},
+		{key: "standalone", name: "tier standalone", floodTarget: stDirect, pids: []int{env.cp.PID(st.Process)}, admin: tierAdmin(env.admin, stDirect)},
+		{key: "fleet", name: "tier fleet (2 shards + front)", floodTarget: flDirect, pids: fleetPIDs, admin: tierAdmin(env.admin, flDirect)},
 		// Through the aggregator the apiserver works too (authentication,
 		// its own APF, the proxy): its RSS and CPU are counted with the
 		// tier's.
-		{key: "standalone-aggregated", name: "tier standalone via aggregator (+ apiserver)", host: st.AggregatedURL, pids: []int{env.cp.PID(st.Process), env.apiPID}, admin: tierAdmin(env.admin, st.DirectURL, st.DirectCA, st.ServerName)},
-		{key: "fleet-aggregated", name: "tier fleet via aggregator (+ apiserver)", host: fl.AggregatedURL, pids: append(slices.Clone(fleetPIDs), env.apiPID), admin: tierAdmin(env.admin, fl.DirectURL, fl.DirectCA, fl.ServerName)},
+		{key: "standalone-aggregated", name: "tier standalone via aggregator (+ apiserver)", floodTarget: floodTarget{Host: st.AggregatedURL}, pids: []int{env.cp.PID(st.Process), env.apiPID}, admin: tierAdmin(env.admin, stDirect)},
+		{key: "fleet-aggregated", name: "tier fleet via aggregator (+ apiserver)", floodTarget: floodTarget{Host: fl.AggregatedURL}, pids: append(slices.Clone(fleetPIDs), env.apiPID), admin: tierAdmin(env.admin, flDirect)},
 	} {
 		byKey[s.key] = s
 	}
@@ -412,21 +411,21 @@ func writeFloodRow(w io.Writer, server string, ph, base *floodPhase) {
 	}
 	fl := ph.flooder
 	share, ra := "-", "-"
-	if n := fl.ok + fl.tooMany + fl.s5x + fl.other + fl.dropped; n > 0 {
-		share = fmt.Sprintf("%.1f%%", 100*float64(fl.tooMany)/float64(n))
+	if n := fl.OK + fl.TooMany + fl.S5x + fl.Other + fl.Dropped; n > 0 {
+		share = fmt.Sprintf("%.1f%%", 100*float64(fl.TooMany)/float64(n))
 	}
-	if fl.tooMany > 0 {
-		ra = fmt.Sprintf("%d/%d", fl.withRetryAfter, fl.tooMany)
+	if fl.TooMany > 0 {
+		ra = fmt.Sprintf("%d/%d", fl.WithRetryAfter, fl.TooMany)
 	}
-	victimsFailed := ph.node.tooMany + ph.node.s5x + ph.node.other + ph.node.dropped + ph.workload.tooMany + ph.workload.s5x + ph.workload.other + ph.workload.dropped
+	victimsFailed := ph.node.TooMany + ph.node.S5x + ph.node.Other + ph.node.Dropped + ph.workload.TooMany + ph.workload.S5x + ph.workload.Other + ph.workload.Dropped
 	handler := "-"
 	if ph.handlerP99 > 0 {
 		handler = fmt.Sprintf("<= %g", ph.handlerP99*1000)
 	}
 	fmt.Fprintf(w, "%s\t%s\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%.2f\t%s\t\n",
 		server, ph.name, ms(ph.nodeP50), ms(ph.nodeP99), ratio(ph.nodeP99, base.nodeP99), ms(ph.getP50), ms(ph.getP99), ratio(ph.getP99, base.getP99),
-		victimsFailed, fl.ok, fl.tooMany, share, ra,
-		fl.s5x+ph.node.s5x+ph.workload.s5x, fl.dropped+ph.node.dropped+ph.workload.dropped+int(ph.watchDrops),
+		victimsFailed, fl.OK, fl.TooMany, share, ra,
+		fl.S5x+ph.node.S5x+ph.workload.S5x, fl.Dropped+ph.node.Dropped+ph.workload.Dropped+int(ph.watchDrops),
 		ph.peakRSS>>20, float64(ph.cpuMilliCores)/1000, handler)
 }
 
@@ -462,9 +461,9 @@ func floodUsers(ctx context.Context, env *benchEnv, tierGroups ...string) (flood
 
 // tierAdmin is admin's identity (the cluster CA's admin certificate, which
 // the tier trusts) at a tier's own address.
-func tierAdmin(admin *rest.Config, host string, ca []byte, serverName string) *rest.Config {
+func tierAdmin(admin *rest.Config, t floodTarget) *rest.Config {
 	c := rest.CopyConfig(admin)
-	c.Host, c.CAData, c.CAFile, c.ServerName = host, ca, "", serverName
+	c.Host, c.CAData, c.CAFile, c.ServerName = t.Host, t.CA, "", t.ServerName
 	return c
 }
 

@@ -50,15 +50,16 @@ type floodClientSpec struct {
 	Idle bool `json:"idle"`
 }
 
-// floodTarget is the part of a floodServer a client needs.
+// floodTarget is where a client sends its requests (part of a
+// floodServer).
 type floodTarget struct {
 	Host       string `json:"host"`
 	CA         []byte `json:"ca,omitempty"`
 	ServerName string `json:"serverName,omitempty"`
 }
 
-// floodCounts is a flooder's tally, as its process reports it (stdout,
-// JSON).
+// floodCounts are a floodTally's counts; a flooder process reports its
+// own on stdout (JSON).
 type floodCounts struct {
 	OK, TooMany, WithRetryAfter, S5x, Other, Dropped int
 }
@@ -75,12 +76,11 @@ func runFloodClient(specJSON string) error {
 			return err
 		}
 	}
-	s := floodServer{host: spec.Server.Host, ca: spec.Server.CA, serverName: spec.Server.ServerName}
 	// Four connections (HTTP/2 multiplexes the requests on them), as a
 	// client-go program with a few clients would hold.
 	var clients [4]*http.Client
 	for i := range clients {
-		c, err := floodClient(spec.Kubeconfig, s)
+		c, err := floodClient(spec.Kubeconfig, spec.Server)
 		if err != nil {
 			return err
 		}
@@ -104,7 +104,7 @@ func runFloodClient(specJSON string) error {
 		}()
 	}
 	wg.Wait()
-	return json.NewEncoder(os.Stdout).Encode(floodCounts{OK: t.ok, TooMany: t.tooMany, WithRetryAfter: t.withRetryAfter, S5x: t.s5x, Other: t.other, Dropped: t.dropped})
+	return json.NewEncoder(os.Stdout).Encode(t.floodCounts)
 }
 
 // floodClientProcess is a started flooder process.
@@ -153,25 +153,34 @@ func (p *floodClientProcess) wait(duration time.Duration) (*floodTally, error) {
 	if err := json.Unmarshal(p.stdout.Bytes(), &c); err != nil {
 		return nil, fmt.Errorf("flooder process: reading its counts %q: %w", p.stdout.String(), err)
 	}
-	return &floodTally{ok: c.OK, tooMany: c.TooMany, withRetryAfter: c.WithRetryAfter, s5x: c.S5x, other: c.Other, dropped: c.Dropped}, nil
+	return &floodTally{floodCounts: c}, nil
 }
 
 // schedIdle puts every thread of this process under SCHED_IDLE; threads
 // started later inherit it from the thread that starts them. The policy is
-// per thread on Linux, so each is set by its id.
+// per thread on Linux, so each is set by its id, and the threads are
+// listed again until a listing shows none that was not set (one could be
+// started by a thread not yet set while the first listing is walked).
 func schedIdle() error {
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return err
-	}
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
+	set := map[int]bool{}
+	for {
+		tasks, err := os.ReadDir("/proc/self/task")
 		if err != nil {
-			continue
+			return err
 		}
-		if err := unix.SchedSetAttr(tid, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_IDLE}, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("SCHED_IDLE for thread %d: %w", tid, err)
+		fresh := false
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil || set[tid] {
+				continue
+			}
+			fresh, set[tid] = true, true
+			if err := unix.SchedSetAttr(tid, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_IDLE}, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("SCHED_IDLE for thread %d: %w", tid, err)
+			}
+		}
+		if !fresh {
+			return nil
 		}
 	}
-	return nil
 }
