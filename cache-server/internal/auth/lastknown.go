@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -210,8 +212,10 @@ func attributesKey(a authorizer.Attributes) string {
 		w(u.GetName())
 		w(u.GetUID())
 		w(strings.Join(u.GetGroups(), "\x01"))
-		for k, v := range u.GetExtra() {
-			w(k + "=" + strings.Join(v, "\x01"))
+		// In a fixed order: the same question must give the same key.
+		extra := u.GetExtra()
+		for _, k := range slices.Sorted(maps.Keys(extra)) {
+			w(k + "=" + strings.Join(extra[k], "\x01"))
 		}
 	}
 	w(a.GetVerb())

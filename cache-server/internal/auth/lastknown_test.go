@@ -14,7 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -163,5 +165,27 @@ func TestUnavailable(t *testing.T) {
 		if got := unavailable(c.err); got != c.want {
 			t.Errorf("unavailable(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// TestAttributesKeyStable: the same question gives the same key, however
+// the user's extra attributes are iterated (a map), and another selector
+// another key.
+func TestAttributesKeyStable(t *testing.T) {
+	extra := map[string][]string{}
+	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		extra["example.com/"+k] = []string{k}
+	}
+	a := authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "alice", Extra: extra}, Verb: "list", Resource: "pods", ResourceRequest: true}
+	want := attributesKey(a)
+	for range 50 {
+		if got := attributesKey(a); got != want {
+			t.Fatalf("key changed between two calls:\n%q\n%q", got, want)
+		}
+	}
+	b := a
+	b.FieldSelectorRequirements = fields.Requirements{{Field: "spec.nodeName", Operator: selection.Equals, Value: "n1"}}
+	if attributesKey(b) == want {
+		t.Error("a field selector does not change the key")
 	}
 }
