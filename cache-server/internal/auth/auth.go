@@ -78,6 +78,10 @@ type Options struct {
 	// known answers while the apiserver was unreachable (lastknown.go), by
 	// review and result (reused, none).
 	LastKnownAnswers *prometheus.CounterVec
+	// SelectorAuthorizations, when set, counts the authorizations of
+	// requests with field or label selectors by how they were decided:
+	// broad, narrow, node (selectors.go).
+	SelectorAuthorizations *prometheus.CounterVec
 	// ImpersonationResults, when set, counts requests with impersonation
 	// headers by result: allowed, forbidden, invalid, error.
 	ImpersonationResults *prometheus.CounterVec
@@ -162,6 +166,7 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 		return nil, 0, fmt.Errorf("build authorizer: %w", err)
 	}
 	authz = &lastKnownAuthorizer{inner: authz, answers: newLastKnown[authzAnswer]("subjectaccessreview", opts.LastKnownAnswers, opts.Log)}
+	authz = &selectorsNarrow{inner: authz, results: opts.SelectorAuthorizations}
 	resolver := &prefixResolver{paths: opts.Paths, factory: &request.RequestInfoFactory{
 		APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api"),
 	}}

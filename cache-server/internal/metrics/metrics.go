@@ -67,8 +67,11 @@ type Metrics struct {
 	AuthnConnCache *prometheus.CounterVec // result: hit, miss, bypass
 	AuthLastKnown  *prometheus.CounterVec // review, result: reused, none
 	Impersonation  *prometheus.CounterVec // result: allowed, forbidden, invalid, error
-	Goaways        prometheus.Counter     // HTTP/2 connections asked to reconnect (serving.withGoaway)
-	MemoryReleased prometheus.Counter     // bytes returned to the OS after bulk loads
+	// SelectorAuthorizations: result: broad, narrow, node (package auth,
+	// selectors.go).
+	SelectorAuthorizations *prometheus.CounterVec
+	Goaways                prometheus.Counter // HTTP/2 connections asked to reconnect (serving.withGoaway)
+	MemoryReleased         prometheus.Counter // bytes returned to the OS after bulk loads
 
 	// What alerts need about the process itself.
 	UpstreamResponses *prometheus.CounterVec // code: responses of the apiserver to the tier's calls
@@ -206,6 +209,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			m.AuthLastKnown.WithLabelValues(review, result)
 		}
 	}
+	m.SelectorAuthorizations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_authorization_selector_requests_total",
+		Help: "Authorizations of LISTs and WATCHes with field or label selectors, by how they were decided: broad (allowed without the selectors: one SubjectAccessReview answers every selector of the same user, verb and resource), narrow (not allowed without them: asked again with them), node (a kubelet's, group system:nodes: asked with them at once).",
+	}, []string{"result"})
+	for _, result := range []string{"broad", "narrow", "node"} {
+		m.SelectorAuthorizations.WithLabelValues(result)
+	}
 	m.Impersonation = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_impersonation_requests_total",
 		Help: "Requests to the tier's endpoint with Impersonate-* headers, by result: allowed (answered as the impersonated user), forbidden (the caller may not impersonate them), invalid (headers the apiserver rejects), error.",
@@ -319,7 +329,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		Help: "LIST requests (pages) read through a field index instead of a scan, by resource and indexed field.",
 	}, []string{"resource", "index"})
 	reg.MustRegister(m.IndexEntries, m.IndexValues, m.IndexBytes, m.IndexedLists)
-	reg.MustRegister(m.AuthnConnCache, m.AuthLastKnown, m.Impersonation, m.Goaways, m.MemoryReleased, m.ProtobufConversions, m.TableErrors)
+	reg.MustRegister(m.AuthnConnCache, m.AuthLastKnown, m.Impersonation, m.SelectorAuthorizations, m.Goaways, m.MemoryReleased, m.ProtobufConversions, m.TableErrors)
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
 	reg.MustRegister(m.WatchDispatchWatchers, m.WatchIndexValues, m.WatchDispatchCandidates)
 	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes, m.ProgressProbeBookmark,
