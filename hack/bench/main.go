@@ -75,6 +75,9 @@ type options struct {
 	// while it serves full and paginated LISTs (after the measurements), and
 	// in -mode nodes during each phase (profileNodePhase).
 	profileDir string
+	// apiProfiling turns the apiserver's /debug/pprof on without
+	// -profile-dir: -mode nodes reads its dispatch from CPU profiles.
+	apiProfiling bool
 	// tierFlags are extra `cache-server standalone` flags (space-separated).
 	tierFlags string
 	// tierEnv are extra NAME=value environment variables for the tier
@@ -200,7 +203,7 @@ type benchEnv struct {
 // o.binary names one. The caller stops env.cp.
 func startEnv(ctx context.Context, o *options) (env *benchEnv, err error) {
 	cpo := controlplane.Options{ServiceClusterIPRange: "127.82.0.0/24"}
-	if o.profileDir != "" {
+	if o.profileDir != "" || o.apiProfiling {
 		// hack/controlplane turns the apiserver's profiling off; the
 		// profiles compare the two servers.
 		cpo.ExtraAPIServerFlags = []string{"--profiling=true"}

@@ -26,11 +26,12 @@ package main
 //  4. the writer alone again (drift: the figure used is the mean).
 //
 // The CPU of a phase is taken over the writer's run and writeTail after
-// it. Per update: the apiserver's dispatch is its CPU per update with W
-// watchers minus the writer-alone figure; the tier's cost is its
-// processes' CPU per update plus the apiserver's CPU per update in the
-// same phase minus the writer-alone figure (wholecost.go: the tier's
-// ingestion watch, RV fetches and probes). After each phase, when no more
+// it. Per update: the apiserver's dispatch is what its CPU profile over
+// the same window spends serving watches (dispatchcpu.go); the tier's
+// cost is its processes' CPU per update plus what the apiserver's profile
+// spends serving the tier's ingestion watch the same way. The older
+// measure, the apiserver's CPU per update in the phase minus the
+// writer-alone figure, is printed beside it. After each phase, when no more
 // events come, every watcher's view of its node (name → resourceVersion,
 // from its LIST and events) is compared with a LIST of that node from the
 // apiserver: missing and extra objects and RV mismatches must be 0.
@@ -282,11 +283,14 @@ func (w *nodeWatcher) run(ctx context.Context, c *http.Client, host, ns string, 
 type nodePhase struct {
 	watchers int
 	// start is when the writer started.
-	start       time.Time
-	w           writeResult
-	window      time.Duration
-	serverMs    float64 // the tier's processes' CPU over the window
-	apiMs       float64 // the apiserver's
+	start    time.Time
+	w        writeResult
+	window   time.Duration
+	serverMs float64 // the tier's processes' CPU over the window
+	apiMs    float64 // the apiserver's
+	// apiProf is the apiserver's CPU profile over the writer's run, split
+	// into watch serving and connection writes (dispatchcpu.go).
+	apiProf     cpuSplit
 	established int
 	// openLat and watchLat are the watchers' LISTs and WATCH openings
 	// (-node-openers at once); openTime is how long all W took to open.
@@ -405,9 +409,11 @@ func runNodePhase(ctx context.Context, env *benchEnv, t *nodeTarget, writer *pod
 	profiled := profileNodePhase(env, t, w, no)
 	ph.w = writeLoop(ctx, no.rate, no.duration, no.writers, writer.write)
 	time.Sleep(writeTail)
-	if err := profiled(); err != nil {
+	apiProf, err := profiled()
+	if err != nil {
 		return ph, err
 	}
+	ph.apiProf = apiProf
 	ph.serverMs, ph.apiMs, ph.window = ticksMs(cpuTicksAll(pids)-s0), ticksMs(cpuTicks(env.apiPID)-a0), time.Since(start)
 	if before != nil {
 		if ph.upstream = counterDelta(before, upstreamCounters(t.metricsClient, t.metrics), float64(max(ph.w.writes, 1))/1000); ph.upstream == "" {
@@ -448,17 +454,15 @@ func runNodePhase(ctx context.Context, env *benchEnv, t *nodeTarget, writer *pod
 	return ph, nil
 }
 
-// profileNodePhase, with -profile-dir, takes 10-second CPU profiles of the
-// phase's servers while its writer runs (from 2 s into it): the tier's
-// processes and the apiserver for a tier's phase
-// (nodes-<tier>-W<w>-tier.pprof, -apiserver.pprof), the apiserver for its
-// own (nodes-kube-apiserver-W<w>-apiserver.pprof). Where the CPU per update goes. The
-// sampling costs the profiled processes a little CPU: a profiled run's
-// CPU figures are not of record. The returned func waits for the profiles.
-func profileNodePhase(env *benchEnv, t *nodeTarget, w int, no *nodesOptions) func() error {
-	if no.profileDir == "" || t == nil || no.duration < 12*time.Second {
-		return func() error { return nil }
-	}
+// profileNodePhase profiles the apiserver's CPU over the phase's writer run
+// and writeTail after it, always: its split (dispatchcpu.go) is the
+// apiserver's dispatch. Every phase is profiled the same way, the writer
+// alone too, so the sampling's own small cost is in every figure alike.
+// With -profile-dir the profile is kept (nodes-<server>-W<w>-apiserver.pprof,
+// nodes-alone-apiserver-<n>.pprof) and a tier's processes get 10-second
+// profiles from 2 s into the run (-tier.pprof, -tier-<part>.pprof): where
+// their CPU per update goes. The returned func waits for the profiles.
+func profileNodePhase(env *benchEnv, t *nodeTarget, w int, no *nodesOptions) func() (cpuSplit, error) {
 	slug := func(s string) string {
 		s = strings.Map(func(r rune) rune {
 			if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
@@ -471,9 +475,29 @@ func profileNodePhase(env *benchEnv, t *nodeTarget, w int, no *nodesOptions) fun
 		}
 		return strings.Trim(s, "-")
 	}
-	base := filepath.Join(no.profileDir, fmt.Sprintf("nodes-%s-W%d", slug(t.name), w))
-	targets := []profTarget{{"apiserver", env.admin}}
-	if t.tier {
+	var base string
+	if no.profileDir != "" {
+		if t == nil {
+			base = filepath.Join(no.profileDir, fmt.Sprintf("nodes-alone-%s", time.Now().UTC().Format("150405")))
+		} else {
+			base = filepath.Join(no.profileDir, fmt.Sprintf("nodes-%s-W%d", slug(t.name), w))
+		}
+	}
+	type result struct {
+		split cpuSplit
+		err   error
+	}
+	api := make(chan result, 1)
+	go func() {
+		file := ""
+		if base != "" {
+			file = base + "-apiserver.pprof"
+		}
+		split, err := profileAPIServer(env.admin, no.duration+writeTail, file)
+		api <- result{split, err}
+	}()
+	var targets []profTarget
+	if base != "" && t != nil && t.tier && no.duration >= 12*time.Second {
 		targets = append(targets, profTarget{"tier", t.cfg})
 		for _, p := range t.parts {
 			targets = append(targets, profTarget{"tier-" + p.name, p.cfg})
@@ -491,14 +515,15 @@ func profileNodePhase(env *benchEnv, t *nodeTarget, w int, no *nodesOptions) fun
 			errs <- err
 		}()
 	}
-	return func() error {
-		var first error
+	return func() (cpuSplit, error) {
+		r := <-api
+		first := r.err
 		for range targets {
 			if err := <-errs; err != nil && first == nil {
 				first = err
 			}
 		}
-		return first
+		return r.split, first
 	}
 }
 
@@ -685,6 +710,7 @@ func runNodes(ctx context.Context, o options, no *nodesOptions) error {
 		fmt.Fprintln(os.Stderr, "bench: raising RLIMIT_NOFILE:", err)
 	}
 	no.profileDir = o.profileDir
+	o.apiProfiling = true // the apiserver's dispatch (dispatchcpu.go)
 	env, err := startEnv(ctx, &o)
 	if err != nil {
 		return err
@@ -707,7 +733,10 @@ func runNodes(ctx context.Context, o options, no *nodesOptions) error {
 	// The writer alone runs before each server's phases and at the end;
 	// each phase is compared with the runs on either side of it
 	// (baselines.at: the apiserver's CPU per write drifts over a long run).
-	var alone baselines
+	// aloneServing is the same runs' watch serving and connection writes
+	// per write, from the apiserver's profile (dispatchcpu.go): the
+	// control plane's own watchers of Pods and the writer's responses.
+	var alone, aloneServing baselines
 	runAlone := func() error {
 		fmt.Fprintf(os.Stderr, "bench: the writer alone, %d updates/s for %s\n", no.rate, no.duration)
 		ph, err := runNodePhase(ctx, env, nil, writer, 0, no)
@@ -718,6 +747,13 @@ func runNodes(ctx context.Context, o options, no *nodesOptions) error {
 			return fmt.Errorf("writer alone: no write succeeded (%d failed)", ph.w.failed)
 		}
 		alone = append(alone, baseline{ph.start, ph.perUpdate(ph.apiMs)})
+		fmt.Fprintf(os.Stderr, "bench: the writer alone: %d writes; apiserver CPU %.0f ms (profile: %.0f ms, watch serving %.0f, connection writes %.0f)\n",
+			ph.w.writes, ph.apiMs, ph.apiProf.total, ph.apiProf.watch, ph.apiProf.conn)
+		serving := math.NaN()
+		if ph.apiProf.ok {
+			serving = ph.perUpdate(ph.apiProf.watch + ph.apiProf.conn)
+		}
+		aloneServing = append(aloneServing, baseline{ph.start, serving})
 		return nil
 	}
 	if err := runAlone(); err != nil {
@@ -772,7 +808,7 @@ func runNodes(ctx context.Context, o options, no *nodesOptions) error {
 		return err
 	}
 	printNodes(os.Stdout, nodesReport{
-		o: no, podSize: float64(jsonBytes) / float64(d.count), counts: counts, alone: alone,
+		o: no, podSize: float64(jsonBytes) / float64(d.count), counts: counts, alone: alone, aloneServing: aloneServing,
 		apiLists: apiLists, apiPhases: apiPhases, tiers: tiers,
 	})
 	return nil
@@ -780,8 +816,8 @@ func runNodes(ctx context.Context, o options, no *nodesOptions) error {
 
 // reportPhase logs a phase's figures as it ends.
 func reportPhase(server string, ph nodePhase) {
-	fmt.Fprintf(os.Stderr, "bench: %s, %d watchers: %d writes (%d dropped, %d failed) in %s; CPU server %.0f ms, apiserver %.0f ms; delivered %d/%d (replayed %d), p50 %s p99 %s; opening %s (LIST p50 %.1f ms, WATCH p50 %.1f ms); missing %d extra %d RV mismatches %d; ended early %d %v; requests to the apiserver per 1000 updates: %s\n",
-		server, ph.watchers, ph.w.writes, ph.w.dropped, ph.w.failed, ph.window.Round(time.Millisecond), ph.serverMs, ph.apiMs,
+	fmt.Fprintf(os.Stderr, "bench: %s, %d watchers: %d writes (%d dropped, %d failed) in %s; CPU server %.0f ms, apiserver %.0f ms (profile: %.0f ms, watch serving %.0f, connection writes %.0f); delivered %d/%d (replayed %d), p50 %s p99 %s; opening %s (LIST p50 %.1f ms, WATCH p50 %.1f ms); missing %d extra %d RV mismatches %d; ended early %d %v; requests to the apiserver per 1000 updates: %s\n",
+		server, ph.watchers, ph.w.writes, ph.w.dropped, ph.w.failed, ph.window.Round(time.Millisecond), ph.serverMs, ph.apiMs, ph.apiProf.total, ph.apiProf.watch, ph.apiProf.conn,
 		ph.delivered, ph.expected, ph.replayed, ph.lat.quantile(0.5), ph.lat.quantile(0.99), ph.openTime.Round(time.Millisecond), pct(ph.openLat, 50), pct(ph.watchLat, 50),
 		ph.missing, ph.extra, ph.mismatched, ph.ended, ph.firstErr, ph.upstream)
 }
@@ -814,14 +850,27 @@ func (b baselines) at(t time.Time) float64 {
 }
 
 type nodesReport struct {
-	o        *nodesOptions
-	podSize  float64
-	counts   []int
-	alone    baselines
-	apiLists nodeLists
+	o       *nodesOptions
+	podSize float64
+	counts  []int
+	alone   baselines
+	// aloneServing: the writer-alone runs' watch serving and connection
+	// writes per write (the apiserver's profile).
+	aloneServing baselines
+	apiLists  nodeLists
 	// apiPhases are the apiserver's, by W.
 	apiPhases map[int]nodePhase
 	tiers     []nodeTierResult
+}
+
+// profiled is the apiserver's CPU per update serving watches in a phase,
+// from its profile: watch serving and connection writes, above the
+// writer-alone runs' (NaN without a profile).
+func (r nodesReport) profiled(ph nodePhase) float64 {
+	if !ph.apiProf.ok {
+		return math.NaN()
+	}
+	return ph.perUpdate(ph.apiProf.watch+ph.apiProf.conn) - r.aloneServing.at(ph.start)
 }
 
 // verdict is "<= bound met" or "<= bound NOT MET" for a ratio.
@@ -861,13 +910,13 @@ func printNodes(w io.Writer, r nodesReport) {
 		if ph, ok := tr.phases[0]; ok {
 			rows = append(rows,
 				row{label, "W=0 (tier connected, nothing watching it): tier CPU per update (ingestion)", "ms", nan, ph.perUpdate(ph.serverMs), ""},
-				row{label, "W=0: apiserver CPU per update the tier causes", "ms", nan, ph.perUpdate(ph.apiMs) - r.alone.at(ph.start), ""},
+				row{label, "W=0: apiserver CPU per update the tier causes (its profile)", "ms", nan, r.profiled(ph), ""},
+				row{label, "W=0: the same from the apiserver's process totals", "ms", nan, ph.perUpdate(ph.apiMs) - r.alone.at(ph.start), ""},
 			)
 		}
 		for _, wc := range r.counts {
 			ap, tp := r.apiPhases[wc], tr.phases[wc]
-			dispatch := ap.perUpdate(ap.apiMs) - r.alone.at(ap.start)
-			caused := tp.perUpdate(tp.apiMs) - r.alone.at(tp.start)
+			dispatch, caused := r.profiled(ap), r.profiled(tp)
 			whole := tp.perUpdate(tp.serverMs) + caused
 			p := func(s string) string { return fmt.Sprintf("W=%d: %s", wc, s) }
 			share := func(ph nodePhase) float64 {
@@ -883,9 +932,10 @@ func printNodes(w io.Writer, r nodesReport) {
 			}
 			rows = append(rows,
 				row{label, p("updates written"), "/s", float64(ap.w.writes) / r.o.duration.Seconds(), float64(tp.w.writes) / r.o.duration.Seconds(), ""},
-				row{label, p("CPU per update: apiserver dispatch / tier processes"), "ms", dispatch, tp.perUpdate(tp.serverMs), ""},
-				row{label, p("apiserver CPU per update the tier causes"), "ms", nan, caused, ""},
+				row{label, p("CPU per update: apiserver dispatch (its profile) / tier processes"), "ms", dispatch, tp.perUpdate(tp.serverMs), ""},
+				row{label, p("apiserver CPU per update the tier causes (its profile)"), "ms", nan, caused, ""},
 				row{label, p("whole CPU per update: dispatch / tier + what it causes"), "ms", dispatch, whole, verdict(ratioOf(whole, dispatch), 0.5)},
+				row{label, p("the same from the apiserver's process totals: dispatch / what the tier causes"), "ms", ap.perUpdate(ap.apiMs) - r.alone.at(ap.start), tp.perUpdate(tp.apiMs) - r.alone.at(tp.start), ""},
 				row{label, p("delivery latency p50"), "ms", msd(ap.lat.quantile(0.5)), msd(tp.lat.quantile(0.5)), ""},
 				row{label, p("delivery latency p99"), "ms", msd(ap.lat.quantile(0.99)), msd(tp.lat.quantile(0.99)), verdict(ratioOf(msd(tp.lat.quantile(0.99)), msd(ap.lat.quantile(0.99))), 1.5)},
 				row{label, p("events delivered / expected"), "%", share(ap), share(tp), ""},
@@ -918,8 +968,8 @@ func printNodes(w io.Writer, r nodesReport) {
 	fmt.Fprintf(w, "node-scoped reads and watches: %d Pods (%.0f B of JSON each) on %d nodes; %d updates/s for %s per phase; the apiserver's CPU per update with nothing watching, before each server's phases and at the end: %s ms (each phase is compared with the runs either side of it, interpolated in time); load average %s\n",
 		r.o.pods, r.podSize, r.o.nodes, r.o.rate, r.o.duration, strings.Join(alone, " / "), loadAvg())
 	printTable(w, rows)
-	fmt.Fprintln(w, "CPU per update: over the writer's run and 1 s after it, per successful write. Apiserver dispatch = its CPU with W watchers on it - its CPU with nothing watching (the writes themselves); below ~0.1 ms it is within the noise of the subtraction.")
-	fmt.Fprintln(w, "The tier's whole cost = its processes' CPU + the apiserver's CPU in the same phase - its CPU with nothing watching (the tier's ingestion watch, RV fetches and probes). LIST by node: sequential, random nodes; the apiserver's CPU above its idle rate.")
+	fmt.Fprintln(w, "CPU per update: over the writer's run and 1 s after it, per successful write. Apiserver dispatch = from its CPU profile over the same window, the samples serving watches (watch handlers' encode and write, the cacher's dispatch) and its HTTP/2 connections' frame writes, above the writer-alone runs' (the control plane's own Pod watchers, the writer's responses; dispatchcpu.go).")
+	fmt.Fprintln(w, "The tier's whole cost = its processes' CPU + the apiserver's CPU serving the tier the same way (its ingestion watch; the tier's other requests to the apiserver are listed below). From process totals: the apiserver's CPU with W watchers (or the tier) - with nothing watching, interpolated between the writer-alone runs; the drift of the writes' own cost makes it noisy below ~1 ms. LIST by node: sequential, random nodes; the apiserver's CPU above its idle rate.")
 	for _, n := range notes {
 		fmt.Fprintln(w, n)
 	}
