@@ -78,6 +78,9 @@ type nodesOptions struct {
 	// profileDir is -profile-dir: each phase's servers are CPU-profiled
 	// during its writer's run (profileNodePhase).
 	profileDir string
+	// dispatchProfile is -node-dispatch-profile: the apiserver is
+	// profiled in every phase for its dispatch (dispatchcpu.go).
+	dispatchProfile bool
 }
 
 func nodesFlags() *nodesOptions {
@@ -92,6 +95,7 @@ func nodesFlags() *nodesOptions {
 	flag.DurationVar(&n.drain, "node-drain", 15*time.Second, "nodes: after the writer stops, wait at most this long for the watchers' last events")
 	flag.IntVar(&n.openers, "node-openers", 32, "nodes: watchers opening (LIST, then WATCH) at once")
 	flag.DurationVar(&n.openTimeout, "node-open-timeout", 30*time.Minute, "nodes: give up (and fail) when the W watchers of a phase are not all open after this long")
+	flag.BoolVar(&n.dispatchProfile, "node-dispatch-profile", true, "nodes: read the apiserver's dispatch from its CPU profile in every phase (false: no profile, the dispatch rows n/a; the profiling changes the latencies measured)")
 	return &n
 }
 
@@ -454,14 +458,17 @@ func runNodePhase(ctx context.Context, env *benchEnv, t *nodeTarget, writer *pod
 	return ph, nil
 }
 
-// profileNodePhase profiles the apiserver's CPU over the phase's writer run
-// and writeTail after it, always: its split (dispatchcpu.go) is the
-// apiserver's dispatch. Every phase is profiled the same way, the writer
-// alone too, so the sampling's own small cost is in every figure alike.
-// With -profile-dir the profile is kept (nodes-<server>-W<w>-apiserver.pprof,
-// nodes-alone-apiserver-<n>.pprof) and a tier's processes get 10-second
-// profiles from 2 s into the run (-tier.pprof, -tier-<part>.pprof): where
-// their CPU per update goes. The returned func waits for the profiles.
+// profileNodePhase profiles the apiserver's CPU over the phase's writer
+// run and writeTail after it (unless -node-dispatch-profile=false): its
+// split (dispatchcpu.go) is the apiserver's dispatch. Every phase, the
+// writer alone too, is profiled the same way, so the sampling's cost is in
+// every figure alike — but it is not nothing: with the apiserver profiled
+// its delivery p99 came out lower (see docs/benchmarks.md). With
+// -profile-dir the profile is kept (nodes-<server>-W<w>-apiserver.pprof,
+// nodes-alone-<hhmmss>-apiserver.pprof) and a tier's processes get
+// 10-second profiles from 2 s into the run (-tier.pprof,
+// -tier-<part>.pprof): where their CPU per update goes. The returned func
+// waits for the profiles.
 func profileNodePhase(env *benchEnv, t *nodeTarget, w int, no *nodesOptions) func() (cpuSplit, error) {
 	slug := func(s string) string {
 		s = strings.Map(func(r rune) rune {
@@ -489,6 +496,10 @@ func profileNodePhase(env *benchEnv, t *nodeTarget, w int, no *nodesOptions) fun
 	}
 	api := make(chan result, 1)
 	go func() {
+		if !no.dispatchProfile && base == "" {
+			api <- result{} // -node-dispatch-profile=false: not profiled
+			return
+		}
 		file := ""
 		if base != "" {
 			file = base + "-apiserver.pprof"
@@ -710,7 +721,7 @@ func runNodes(ctx context.Context, o options, no *nodesOptions) error {
 		fmt.Fprintln(os.Stderr, "bench: raising RLIMIT_NOFILE:", err)
 	}
 	no.profileDir = o.profileDir
-	o.apiProfiling = true // the apiserver's dispatch (dispatchcpu.go)
+	o.apiProfiling = no.dispatchProfile // the apiserver's dispatch (dispatchcpu.go)
 	env, err := startEnv(ctx, &o)
 	if err != nil {
 		return err
@@ -857,7 +868,7 @@ type nodesReport struct {
 	// aloneServing: the writer-alone runs' watch serving and connection
 	// writes per write (the apiserver's profile).
 	aloneServing baselines
-	apiLists  nodeLists
+	apiLists     nodeLists
 	// apiPhases are the apiserver's, by W.
 	apiPhases map[int]nodePhase
 	tiers     []nodeTierResult
