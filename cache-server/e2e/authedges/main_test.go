@@ -90,13 +90,23 @@ type target struct {
 }
 
 // auditPolicy records, at Metadata level, every request the tiers'
-// ServiceAccounts send (the tests count them) and nothing else.
+// ServiceAccounts send (the tests count them), their
+// SubjectAccessReviews with the review asked (whose question it was), and
+// nothing else.
+//
+// One event per request: a review's when its response is complete (the
+// request's body is logged from that stage on), the others' when they
+// arrive.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
-omitStages: ["ResponseStarted", "ResponseComplete", "Panic"]
 rules:
+- level: Request
+  userGroups: ["system:serviceaccounts:` + tierNamespace + `"]
+  resources: [{group: "authorization.k8s.io", resources: ["subjectaccessreviews"]}]
+  omitStages: ["RequestReceived", "ResponseStarted", "Panic"]
 - level: Metadata
   userGroups: ["system:serviceaccounts:` + tierNamespace + `"]
+  omitStages: ["ResponseStarted", "ResponseComplete", "Panic"]
 - level: None
 `
 
