@@ -86,6 +86,18 @@ type Metrics struct {
 }
 
 // New creates the metrics and registers them on reg.
+// resultCounter is a counter by "result" whose results' series exist, at
+// 0, from the start: a dashboard panel of a result that has not happened
+// shows zeros rather than no data (e2e/observability requires every panel
+// query to return series).
+func resultCounter(name, help string, results ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"result"})
+	for _, r := range results {
+		c.WithLabelValues(r)
+	}
+	return c
+}
+
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -209,22 +221,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			m.AuthLastKnown.WithLabelValues(review, result)
 		}
 	}
-	m.SelectorAuthorizations = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "cachetier_authorization_selector_requests_total",
-		Help: "Authorizations of LISTs and WATCHes with field or label selectors, by how they were decided: broad (allowed without the selectors: one SubjectAccessReview answers every selector of the same user, verb and resource), narrow (not allowed without them: asked again with them), node (a kubelet's, group system:nodes: asked with them at once).",
-	}, []string{"result"})
-	for _, result := range []string{"broad", "narrow", "node"} {
-		m.SelectorAuthorizations.WithLabelValues(result)
-	}
-	m.Impersonation = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "cachetier_impersonation_requests_total",
-		Help: "Requests to the tier's endpoint with Impersonate-* headers, by result: allowed (answered as the impersonated user), forbidden (the caller may not impersonate them), invalid (headers the apiserver rejects), error.",
-	}, []string{"result"})
-	// Every result from the start: a cluster where nobody impersonates
-	// shows zeros (and the dashboard's panel has series), not no data.
-	for _, result := range []string{"allowed", "forbidden", "invalid", "error"} {
-		m.Impersonation.WithLabelValues(result)
-	}
+	m.SelectorAuthorizations = resultCounter("cachetier_authorization_selector_requests_total",
+		"Authorizations of LISTs and WATCHes with field or label selectors, by how they were decided: broad (allowed without the selectors: one SubjectAccessReview answers every selector of the same user, verb and resource), narrow (not allowed without them: asked again with them), node (a kubelet's, group system:nodes: asked with them at once).",
+		"broad", "narrow", "node")
+	// A cluster where nobody impersonates shows zeros, not no data.
+	m.Impersonation = resultCounter("cachetier_impersonation_requests_total",
+		"Requests to the tier's endpoint with Impersonate-* headers, by result: allowed (answered as the impersonated user), forbidden (the caller may not impersonate them), invalid (headers the apiserver rejects), error.",
+		"allowed", "forbidden", "invalid", "error")
 	m.Goaways = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cachetier_http2_goaways_total",
 		Help: "HTTP/2 responses that asked the client to move to a new connection (--goaway-chance), so the aggregator's single connection to a fleet's Service is spread over its fronts.",
@@ -270,13 +273,9 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_memory_limit_bytes",
 		Help: "The memory limit of the process' cgroup (the container's limit); absent when there is none.",
 	}, nil)
-	m.OpenAPIRefreshes = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "cachetier_openapi_refreshes_total",
-		Help: "Polls of the apiserver's OpenAPI documents (package openapi), by result: unchanged, updated (a document was downloaded), error (the last good documents stay served).",
-	}, []string{"result"})
-	for _, r := range []string{"unchanged", "updated", "error"} {
-		m.OpenAPIRefreshes.WithLabelValues(r)
-	}
+	m.OpenAPIRefreshes = resultCounter("cachetier_openapi_refreshes_total",
+		"Polls of the apiserver's OpenAPI documents (package openapi), by result: unchanged, updated (a document was downloaded), error (the last good documents stay served).",
+		"unchanged", "updated", "error")
 	m.OpenAPILastSuccess = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "cachetier_openapi_last_success_timestamp_seconds",
 		Help: "When the OpenAPI documents were last polled successfully, in Unix seconds (0: never; shards never poll; a front answers /openapi/* with 503 until its first success).",
