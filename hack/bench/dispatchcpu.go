@@ -26,7 +26,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -112,30 +111,13 @@ func splitCPUProfile(r io.Reader) (cpuSplit, error) {
 	return split, nil
 }
 
-// profileAPIServer takes a CPU profile of the apiserver for d (whole
-// seconds, at least 1) and splits it. A copy goes to file when file is
-// not empty. An apiserver that serves no profiles gives a split that is
-// not ok, and no error.
+// profileAPIServer takes a CPU profile of the apiserver for d and splits
+// it. A copy goes to file when file is not empty. An apiserver that serves
+// no profiles gives a split that is not ok, and no error.
 func profileAPIServer(cfg *rest.Config, d time.Duration, file string) (cpuSplit, error) {
-	client, err := rest.HTTPClientFor(cfg)
-	if err != nil {
+	body, err := cpuProfile(cfg, d)
+	if err != nil || body == nil {
 		return cpuSplit{}, err
-	}
-	seconds := max(int((d+time.Second-1)/time.Second), 1)
-	resp, err := client.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", cfg.Host, seconds))
-	if err != nil {
-		return cpuSplit{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
-		return cpuSplit{}, nil
-	}
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return cpuSplit{}, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return cpuSplit{}, fmt.Errorf("apiserver CPU profile: %s: %s", resp.Status, bytes.TrimSpace(body))
 	}
 	if file != "" {
 		if err := os.WriteFile(file, body, 0o644); err != nil {

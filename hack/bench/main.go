@@ -23,6 +23,7 @@
 package main
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -933,33 +934,44 @@ type profTarget struct {
 
 // saveCPUProfile writes a 10-second CPU profile of the server at cfg.
 func saveCPUProfile(cfg *rest.Config, file string) error {
-	client, err := rest.HTTPClientFor(cfg)
+	body, err := cpuProfile(cfg, 10*time.Second)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", file, err)
 	}
-	resp, err := client.Get(cfg.Host + "/debug/pprof/profile?seconds=10")
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
-		// hack/controlplane runs kube-apiserver with --profiling=false
-		// (startEnv turns it on with -profile-dir).
+	if body == nil {
 		fmt.Fprintf(os.Stderr, "bench: %s serves no profiles; %s not written\n", cfg.Host, file)
 		return nil
 	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", file, resp.Status)
-	}
-	f, err := os.Create(file)
+	return os.WriteFile(file, body, 0o644)
+}
+
+// cpuProfile takes a CPU profile of d (whole seconds, at least 1) of the
+// server at cfg: pprof's gzipped protobuf, a few hundred KiB at most. Nil
+// and no error when the server serves no profiles (hack/controlplane runs
+// kube-apiserver with --profiling=false; startEnv turns it on with
+// -profile-dir and for -mode nodes).
+func cpuProfile(cfg *rest.Config, d time.Duration) ([]byte, error) {
+	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = io.Copy(f, resp.Body)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	seconds := max(int((d+time.Second-1)/time.Second), 1)
+	resp, err := client.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", cfg.Host, seconds))
+	if err != nil {
+		return nil, err
 	}
-	return err
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return nil, nil
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("CPU profile of %s: %s: %s", cfg.Host, resp.Status, bytes.TrimSpace(body))
+	}
+	return body, nil
 }
 
 // saveTierMemory writes the tier's heap profile (name-heap.pprof) and its
