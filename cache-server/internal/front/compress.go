@@ -183,6 +183,13 @@ type deferredBody struct {
 	// err is the first write error (a client gone); later writes do
 	// nothing.
 	err error
+	// A JSON list of a front writes its items through chunks kept by
+	// content once it is compressed (chunkJSON, contentchunks.go).
+	chunks      *gzipchunks.Scope
+	chunkCustom bool
+	chunkPrefix []byte
+	stream      *gzipchunks.Stream
+	heldItems   int // items held before the response started
 }
 
 func (d *deferredBody) Write(p []byte) (int, error) {
@@ -217,6 +224,10 @@ func (d *deferredBody) WriteByte(c byte) error {
 
 // begin starts the response: the body is longer than gzipThreshold.
 func (d *deferredBody) begin() {
+	if d.chunks != nil {
+		d.beginChunks()
+		return
+	}
 	d.out, d.done = d.b.start(d.w, d.gzipOK, d.enc)
 	if _, err := d.out.Write(*d.held); err != nil {
 		d.err = err
@@ -442,6 +453,15 @@ func (wb *watchBody) writeChunks(scope *gzipchunks.Scope, objs []*store.Object, 
 	if len(objs) == 0 {
 		return nil
 	}
+	return wb.chunkMember(scope, func(zw *gzipchunks.Writer) error {
+		zw.Items(objs, frame)
+		return nil
+	})
+}
+
+// chunkMember ends any open member and writes one of chunks kept in scope,
+// filled by fill; it returns fill's error or the first write error.
+func (wb *watchBody) chunkMember(scope *gzipchunks.Scope, fill func(*gzipchunks.Writer) error) error {
 	if wb.z.gw != nil {
 		if err := wb.endMember(); err != nil {
 			return err
@@ -450,8 +470,10 @@ func (wb *watchBody) writeChunks(scope *gzipchunks.Scope, objs []*store.Object, 
 	out := wb.b.bufs.Get().(*bufio.Writer)
 	out.Reset(wb.w)
 	zw := scope.NewWriter(out)
-	zw.Items(objs, frame)
-	err := zw.Close()
+	err := fill(zw)
+	if cerr := zw.Close(); err == nil {
+		err = cerr
+	}
 	if ferr := out.Flush(); err == nil {
 		err = ferr
 	}

@@ -137,18 +137,18 @@ func TestJSONListLonger(t *testing.T) {
 	}
 }
 
-// Chunks are kept for a LocalSource's resources unless the budget is
-// negative, never for another Source (a fleet's front: its items come from
-// shards, their Seqs are not its own). The chunk counters exist at 0 for
-// every resource either way: the dashboard's panel shows no hits rather
-// than no data.
-func TestListGzipChunksForOwnStoresOnly(t *testing.T) {
+// Chunks are kept unless the budget is negative: by Store Seq for a
+// LocalSource's resources, by content for another Source's (a fleet's
+// front: its items come from shards, their Seqs are not its own). The
+// chunk counters exist at 0 for every resource either way: the
+// dashboard's panel shows no hits rather than no data.
+func TestListGzipChunksKeyedBySource(t *testing.T) {
 	gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	for _, c := range []struct {
-		source Source
-		budget int64
-		kept   bool
-	}{{LocalSource{}, 0, true}, {LocalSource{}, -1, false}, {nil, 0, false}} {
+		source          Source
+		budget          int64
+		kept, byContent bool
+	}{{LocalSource{}, 0, true, false}, {LocalSource{}, -1, false, false}, {nil, 0, true, true}, {nil, -1, false, false}} {
 		m := metrics.New(prometheus.NewRegistry())
 		s := New(Options{
 			Resources: []Resource{{Source: c.source, Entry: catalog.Entry{
@@ -157,8 +157,9 @@ func TestListGzipChunksForOwnStoresOnly(t *testing.T) {
 			}}},
 			Metrics: m, Log: logr.Discard(), ListGzipCacheBytes: c.budget,
 		})
-		if kept := s.resources[gvr].gzipChunks != nil; kept != c.kept {
-			t.Errorf("source %T, budget %d: chunks kept %v, want %v", c.source, c.budget, kept, c.kept)
+		res := s.resources[gvr]
+		if kept := res.gzipChunks != nil && res.watchListChunks != nil; kept != c.kept || res.chunksByContent != c.byContent {
+			t.Errorf("source %T, budget %d: chunks kept %v by content %v, want %v %v", c.source, c.budget, kept, res.chunksByContent, c.kept, c.byContent)
 		}
 		if n := testutil.CollectAndCount(m.ListGzipChunks); n != 2 {
 			t.Errorf("source %T, budget %d: %d chunk series, want hit and miss", c.source, c.budget, n)

@@ -86,7 +86,7 @@ func (c copyingStreamer) StreamItems(req store.ListRequest, head func(rv uint64)
 
 // fleetServer is a Server of bt's ConfigMaps read through a
 // copyingStreamer, and the streamer's count of collected reads.
-func fleetServer(t *testing.T, bt *benchTier, edit func(int, []byte) ([]byte, error)) (*Server, *atomic.Int32) {
+func fleetServer(t testing.TB, bt *benchTier, edit func(int, []byte) ([]byte, error)) (*Server, *atomic.Int32) {
 	lists := new(atomic.Int32)
 	return serverOver(t, bt, copyingStreamer{LocalSource: LocalSource{Ingester: bt.ing}, edit: edit, lists: lists}), lists
 }

@@ -93,6 +93,11 @@ func (f *jsonForm) head(meta metav1.ListMeta) ([]byte, error) {
 }
 
 func (f *jsonForm) item(w itemWriter, raw []byte) error {
+	if d, ok := w.(*deferredBody); ok && d.chunks != nil {
+		d.chunkItem(raw, f.n > 0)
+		f.n++
+		return nil
+	}
 	if f.n > 0 {
 		_ = w.WriteByte(',')
 	}
@@ -240,6 +245,9 @@ func (s *Server) streamList(w http.ResponseWriter, r *http.Request, res *resourc
 		return http.StatusOK
 	}
 	body := res.bodies.deferred(w, acceptsGzip(r), form.enc())
+	if jf, ok := form.(*jsonForm); ok && res.chunksByContent && res.gzipChunks != nil {
+		body.chunkJSON(res.gzipChunks, res.Entry.Custom, jf.prefix)
+	}
 	items := 0
 	_, err := src.StreamItems(req, func(rv uint64) error {
 		// Without a limit there is no continue token: the head is known.

@@ -57,14 +57,14 @@ func (l localStreamer) StreamItems(req store.ListRequest, head func(rv uint64) e
 }
 
 // streamingServer is a Server over t's ingester whose source streams.
-func streamingServer(t *testing.T, bt *benchTier, fail func(int) error) *Server {
+func streamingServer(t testing.TB, bt *benchTier, fail func(int) error) *Server {
 	t.Helper()
 	return serverOver(t, bt, localStreamer{LocalSource: LocalSource{Ingester: bt.ing}, fail: fail})
 }
 
 // serverOver is a Server of bt's ConfigMaps read from src, with the
-// apiserver's ConfigMap printer.
-func serverOver(t *testing.T, bt *benchTier, src Source) *Server {
+// apiserver's ConfigMap printer and bt's watch hub, if it has one.
+func serverOver(t testing.TB, bt *benchTier, src Source) *Server {
 	t.Helper()
 	res := bt.ing.Resource()
 	fr, err := fields.New(fields.Spec{GVR: res.GVR, Kind: res.Kind, Namespaced: res.Namespaced})
@@ -79,6 +79,7 @@ func serverOver(t *testing.T, bt *benchTier, src Source) *Server {
 				Fields:      fr,
 			},
 			Source:  src,
+			Hub:     bt.srv.resources[res.GVR].Hub,
 			Printer: tables.NewBuiltins().For(res.GVR, "ConfigMap"),
 		}},
 		Metrics: metrics.New(prometheus.NewRegistry()), Log: logr.Discard(),

@@ -95,14 +95,19 @@ type resource struct {
 	// shared by all resources of the server.
 	bodies *bodyWriters
 	// gzipChunks keeps the compressed chunks of the resource's gzipped
-	// JSON LISTs (nil: not kept). Only a LocalSource's objects use it:
-	// their Seqs name states of objects of one Store (store.Object.Seq);
-	// a fleet front's objects come from shards.
+	// JSON LISTs (nil: not kept). A LocalSource's objects are known by
+	// their Seqs, states of objects of one Store (store.Object.Seq); a
+	// fleet front's, which come from shards, by their content
+	// (chunksByContent, gzipchunks.ContentSeq).
 	gzipChunks *gzipchunks.Scope
 	// watchListChunks keeps, under the same rule and budget, the
 	// compressed chunks of gzipped JSON watch-lists' initial events
 	// (watchWriter.initialEvents).
 	watchListChunks *gzipchunks.Scope
+	// chunksByContent: the Source's items have no Seqs (a fleet's
+	// front): its bodies hand items to the chunks one at a time as they
+	// arrive (gzipchunks.Stream; streamList, initialEventsByContent).
+	chunksByContent bool
 	printer         tables.Printer
 	// tableFailed records a Table that could not be built.
 	tableFailed func(error)
@@ -132,10 +137,11 @@ func New(opts Options) *Server {
 			res.printer = tables.Default(res.GVR.GroupResource())
 		}
 		// Kept chunks are keyed by Seqs, which are unique within one
-		// Store: only a Source reading its own Store for the life of the
-		// Server qualifies (not a fleet's front, whose items come from
-		// shards).
-		if _, own := r.Source.(LocalSource); own && opts.ListGzipCacheBytes >= 0 {
+		// Store: a Source reading its own Store for the life of the
+		// Server uses them; a fleet's front, whose items come from the
+		// shards, keys its chunks by the items' content instead
+		// (gzipchunks.Stream).
+		if opts.ListGzipCacheBytes >= 0 {
 			if chunks == nil {
 				chunks = gzipchunks.New(opts.ListGzipCacheBytes, gzipchunks.Metrics{
 					Chunks: opts.Metrics.ListGzipChunks, Bytes: opts.Metrics.ListGzipBytes, Evictions: opts.Metrics.ListGzipEvictions,
@@ -143,9 +149,11 @@ func New(opts Options) *Server {
 			}
 			res.gzipChunks = chunks.Scope(res.label)
 			res.watchListChunks = chunks.StreamScope(res.label)
+			_, own := r.Source.(LocalSource)
+			res.chunksByContent = !own
 		}
-		// At 0 from the start even where no chunks are kept (a fleet's
-		// front): the dashboard shows "no hits", not "no data".
+		// At 0 from the start even where no chunks are kept (a cache
+		// budget below 0): the dashboard shows "no hits", not "no data".
 		for _, result := range []string{"hit", "miss"} {
 			opts.Metrics.ListGzipChunks.WithLabelValues(res.label, result)
 		}

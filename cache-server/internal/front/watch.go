@@ -256,6 +256,9 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resourc
 // member boundary before the bookmark's, which its gzip reader joins.
 func (ww *watchWriter) initialEvents(watcher *watch.Watcher) (n int, werr, err error) {
 	if ww.res.watchListChunks != nil && ww.enc == encJSON && ww.w.compress {
+		if ww.res.chunksByContent {
+			return ww.initialEventsByContent(watcher)
+		}
 		var objs []*store.Object
 		if err := watcher.Initial(func(o *store.Object) bool { objs = append(objs, o); return true }); err != nil {
 			return 0, nil, err

@@ -26,7 +26,9 @@
 //
 // A chunk is identified by its objects' Seqs (store.Object.Seq: one state
 // of one object in its Store), compared in full on every use, so a cached
-// run is used only for exactly the objects it was made from. The cache is
+// run is used only for exactly the objects it was made from. A server
+// without Store Seqs for its items (a fleet's front) hands them over one at
+// a time and they are known by a hash of their bytes (stream.go). The cache is
 // bounded in bytes for all resources of a server, least recently used
 // first out; a body written from it decompresses to exactly the bytes an
 // uncached one does (the tests compare them).
@@ -62,6 +64,8 @@ type Cache struct {
 	// buffers pools the write buffers items go through to the compressor
 	// (few large writes instead of three per item).
 	buffers sync.Pool
+	// streams pools Streams and their chunk buffers (stream.go).
+	streams sync.Pool
 
 	mu      sync.Mutex
 	used    int64
@@ -81,12 +85,13 @@ func New(maxBytes int64, m Metrics) *Cache {
 		return fw
 	}
 	c.buffers.New = func() any { return bufio.NewWriterSize(nil, 64<<10) }
+	c.streams.New = func() any { return &Stream{buf: make([]byte, 0, maxChunkBytes+16<<10)} }
 	return c
 }
 
 // Scope is one resource's part of the cache, for one form of body. Seqs
 // are unique within one Store only, so a Scope must serve the objects of
-// one Store.
+// one Store (Items), or only objects known by their content (Stream).
 type Scope struct {
 	c            *Cache
 	hits, misses prometheus.Counter

@@ -53,6 +53,7 @@ type Writer struct {
 	// pending: fresh bytes were compressed since fw was last flushed.
 	pending bool
 	items   *bufio.Writer // a chunk's items on their way to fw
+	stream  *Stream       // the items handed over one at a time, if any
 }
 
 // sink is where the compressor's output goes: the response, and while a
@@ -105,6 +106,9 @@ func (s *Scope) NewWriter(dst io.Writer) *Writer {
 func (w *Writer) Write(p []byte) (int, error) {
 	if w.out.err != nil {
 		return 0, w.out.err
+	}
+	if w.stream != nil {
+		w.stream.End()
 	}
 	w.crc = crc32.Update(w.crc, crc32.IEEETable, p)
 	w.size += int64(len(p))
@@ -213,6 +217,9 @@ func (w *Writer) endFresh() {
 // Close ends the body (the final block and the trailer), returns the
 // writer's buffers and reports the first write error.
 func (w *Writer) Close() error {
+	if w.stream != nil {
+		w.stream.End()
+	}
 	err := w.fw.Close()
 	if err == nil {
 		var trailer [8]byte
@@ -229,6 +236,9 @@ func (w *Writer) Close() error {
 	if w.items != nil {
 		w.items.Reset(nil)
 		c.buffers.Put(w.items)
+	}
+	if w.stream != nil {
+		w.stream.release(c)
 	}
 	*w = Writer{}
 	return err
