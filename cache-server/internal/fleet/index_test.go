@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 
@@ -101,6 +102,20 @@ func TestIndexedListMatchesOneStore(t *testing.T) {
 									if got[i] != o.Key {
 										t.Fatalf("scan item %d: %s, want %s", i, got[i], o.Key)
 									}
+								}
+								// Handed out in place (a front's watch-list
+								// by content): the same bytes and RVs.
+								transient := c.request()
+								transient.Transient = true
+								i := 0
+								if _, err := f.src.Scan(transient, func(o *store.Object) bool {
+									if i >= len(want.Items) || !bytes.Equal(o.Raw, want.Items[i].Raw) || o.RV != want.Items[i].RV {
+										t.Fatalf("transient scan item %d: RV %d %.80s, want %d items", i, o.RV, o.Raw, len(want.Items))
+									}
+									i++
+									return true
+								}); err != nil || i != len(want.Items) {
+									t.Fatalf("transient scan: %d items, %v; want %d", i, err, len(want.Items))
 								}
 							})
 						}

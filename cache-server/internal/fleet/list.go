@@ -189,8 +189,15 @@ func (s *Source) Scan(req store.ListRequest, fn func(*store.Object) bool) (uint6
 	}
 	defer m.close()
 	var a arena
+	var scratch store.Object
 	for c := m.peek(); c != nil; c = m.peek() {
-		if !fn(c.object(&a)) { // filtered by the shards (req.Selector)
+		o := &scratch
+		if req.Transient {
+			c.transient(o)
+		} else {
+			o = c.object(&a)
+		}
+		if !fn(o) { // filtered by the shards (req.Selector)
 			return rv, nil
 		}
 		if err := m.pop(); err != nil {
@@ -359,6 +366,16 @@ func (c *cursor) object(a *arena) *store.Object {
 	o := &store.Object{Key: string(v.Key), RV: v.RV, Raw: a.copy(v.Raw)}
 	o.Namespace, o.Name = keyParts(o.Key, v.Namespace, v.Name)
 	return o
+}
+
+// transient sets o's Raw and RV to the head's, valid until the cursor
+// advances (store.ListRequest.Transient): no copy.
+func (c *cursor) transient(o *store.Object) {
+	if !c.inPlace {
+		o.Raw, o.RV = c.obj.Raw, c.obj.RV
+		return
+	}
+	o.Raw, o.RV = c.view.Raw, c.view.RV
 }
 
 // keyParts returns namespace and name as substrings of key when key is

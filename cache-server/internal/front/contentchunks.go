@@ -102,13 +102,15 @@ func (c chunkedOut) WriteByte(b byte) error {
 // initialEventsByContent is initialEvents for a front: the snapshot's
 // ADDED events, handed one at a time as the shards send them, as one gzip
 // member of chunks kept by content. Nothing beyond the chunk being
-// assembled is held, however large the snapshot.
+// assembled is held, however large the snapshot, and the objects are read
+// from the shards' streams in place (InitialRaw): the stream copies what
+// it holds.
 func (ww *watchWriter) initialEventsByContent(watcher *watch.Watcher) (n int, werr, err error) {
 	werr = ww.w.chunkMember(ww.res.watchListChunks, func(zw *gzipchunks.Writer) error {
 		stream := zw.Stream(writeAddedFrame, false)
 		var addErr error
-		err = watcher.Initial(func(o *store.Object) bool {
-			if addErr = stream.Add(o.Raw); addErr != nil {
+		err = watcher.InitialRaw(func(raw []byte) bool {
+			if addErr = stream.Add(raw); addErr != nil {
 				return false
 			}
 			n++

@@ -254,6 +254,13 @@ type ListRequest struct {
 	// count (a fleet's front holding a continue token's count) and the
 	// walk over the rest of the range would be wasted.
 	SkipCount bool
+	// Transient: a Scan's fn reads only each object's Raw and RV, and
+	// only during its call, so a reader whose objects are not stored (a
+	// fleet's front, reading the shards' streams) may pass one object
+	// pointing into its read buffer instead of a copy of each (a
+	// watch-list of 10k ConfigMaps copied 10 MiB per request). Readers
+	// of stored objects ignore it.
+	Transient bool
 }
 
 // IndexValue names an indexed field and the value a request's field

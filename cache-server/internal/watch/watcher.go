@@ -136,7 +136,19 @@ func (w *Watcher) behindLocked() bool {
 // Initial streams the initial state (a store snapshot at SnapshotRV,
 // filtered) to fn in key order, without copying it.
 func (w *Watcher) Initial(fn func(*store.Object) bool) error {
-	req := store.ListRequest{SnapshotRV: w.SnapshotRV, Namespace: w.req.Namespace, Match: w.req.Match, Selector: w.req.Selector}
+	return w.initial(false, fn)
+}
+
+// InitialRaw is Initial for a caller that needs each object's bytes only
+// during the call (a fleet's front writing them to a stream): the hub's
+// store may then hand them out without copying them
+// (store.ListRequest.Transient).
+func (w *Watcher) InitialRaw(fn func(raw []byte) bool) error {
+	return w.initial(true, func(o *store.Object) bool { return fn(o.Raw) })
+}
+
+func (w *Watcher) initial(transient bool, fn func(*store.Object) bool) error {
+	req := store.ListRequest{SnapshotRV: w.SnapshotRV, Namespace: w.req.Namespace, Match: w.req.Match, Selector: w.req.Selector, Transient: transient}
 	if w.post != nil {
 		// Only an index the hub keeps: the store indexes the same
 		// fields (catalog.Entry.FieldIndexes).
