@@ -150,12 +150,17 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
+// listGzipCacheUsage is --list-gzip-cache-bytes' help, the same for a
+// standalone tier and a fleet's front (which know their items by Seq and
+// by content).
+const listGzipCacheUsage = "memory for compressed chunks of gzipped JSON LISTs and watch-lists' initial events, kept so a LIST or watch-list of objects that did not change since an earlier one is not compressed again; chunks that compress to more than half their size are not kept; 0 = the default, negative = none kept"
+
 func runStandalone(args []string) error {
 	c := newCommon("standalone", "127.0.0.1:8443")
 	certDir := c.fs.String("cert-dir", "", "where a generated self-signed certificate and its CA are written")
 	hosts := c.fs.String("tls-hosts", "localhost,127.0.0.1", "comma-separated DNS names/IPs for a generated certificate")
 	protobufCache := c.fs.Int64("protobuf-cache-bytes", encoding.DefaultCacheBytes, "memory for protobuf encodings of cached objects, kept for protobuf clients (client-go's typed informers); a miss converts the stored JSON again; messages of 64 KiB and more are never kept (streamed from the JSON); 0 = the default")
-	listGzipCache := c.fs.Int64("list-gzip-cache-bytes", gzipchunks.DefaultCacheBytes, "memory for compressed chunks of gzipped JSON LISTs and watch-lists' initial events, kept so a LIST or watch-list of objects that did not change since an earlier one is not compressed again; chunks that compress to more than half their size are not kept; 0 = the default, negative = none kept")
+	listGzipCache := c.fs.Int64("list-gzip-cache-bytes", gzipchunks.DefaultCacheBytes, listGzipCacheUsage)
 	for _, a := range args {
 		if strings.HasPrefix(strings.TrimLeft(a, "-"), "metrics-listen") {
 			return fmt.Errorf("--metrics-listen is for the shard and front roles; standalone serves /metrics and its probes on its API port")
@@ -208,6 +213,7 @@ func runFront(args []string) error {
 	goawayChance := c.fs.Float64("goaway-chance", defaultFrontGoawayChance, "fraction of HTTP/2 requests after which the client (the apiserver's aggregator) is sent GOAWAY and reconnects, landing on a front the Service picks; as kube-apiserver's --goaway-chance, at most 0.02; 0 = never")
 	apiGroup := c.fs.String("api-group", "", "the profile's aggregated API group (<profile>.cache.cachetier.io); checked against the profile")
 	protobufCache := c.fs.Int64("protobuf-cache-bytes", encoding.DefaultCacheBytes, "memory for protobuf encodings of objects, kept for protobuf clients; messages of 64 KiB and more are never kept (streamed from the JSON); 0 = the default")
+	listGzipCache := c.fs.Int64("list-gzip-cache-bytes", gzipchunks.DefaultCacheBytes, listGzipCacheUsage)
 	addressesFrom := c.fs.String("shard-addresses-from", "", "NAMESPACE/SERVICE: the shards' headless Service, whose EndpointSlices (watched on the apiserver) give the current address of each replica the topology names <pod>.SERVICE.NAMESPACE.svc, instead of cluster DNS, whose cache lags a replaced pod by its TTL; other names are looked up in DNS")
 	if err := c.setUp(args, true); err != nil {
 		return err
@@ -253,7 +259,7 @@ func runFront(args []string) error {
 		ProfileName: c.profile.Name, Spec: c.profile.Spec, Topology: topo, Upstream: c.upstream,
 		ShardClient: shardClient, Listener: c.listener, GetCertificate: c.getCertificate,
 		ProbeListener: c.metricsListener, Profiling: *c.profiling, ProtobufCacheBytes: *protobufCache,
-		GoawayChance: *goawayChance, Log: c.log.WithValues("role", "front"),
+		ListGzipCacheBytes: *listGzipCache, GoawayChance: *goawayChance, Log: c.log.WithValues("role", "front"),
 		DisablePriorityAndFairness: !*c.priorityAndFairness,
 	})
 }

@@ -55,6 +55,9 @@ type Config struct {
 	Registry           *prometheus.Registry
 	Profiling          bool
 	ProtobufCacheBytes int64
+	// ListGzipCacheBytes bounds the compressed chunks kept for later
+	// LISTs and watch-lists (front.Options.ListGzipCacheBytes).
+	ListGzipCacheBytes int64
 	// GoawayChance spreads the aggregator's connection over the fronts
 	// (serving.Config.GoawayChance).
 	GoawayChance float64
@@ -117,7 +120,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	api := front.New(front.Options{
 		Resources: resources, FreshnessTimeout: settings.FreshnessTimeout, Paths: paths,
-		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, OpenAPI: docs,
+		Version: ver, Metrics: m, Log: cfg.Log, ProtobufCacheBytes: cfg.ProtobufCacheBytes, ListGzipCacheBytes: cfg.ListGzipCacheBytes,
+		OpenAPI: docs,
 	})
 	if cfg.ProbeListener != nil {
 		defer serving.StartProbes(ctx, cfg.ProbeListener, serving.Gatherer(reg, apf.Gatherer()), func() error {
