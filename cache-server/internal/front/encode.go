@@ -444,7 +444,9 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, res *resource
 			return writeErrorAs(w, enc, err)
 		}
 		gz := acceptsGzip(r) && jsonListLonger(res, head, items, gzipThreshold)
-		if gz && res.gzipChunks != nil {
+		// Items keys chunks by Store Seq: only for a resource read from
+		// its own Store (a front's scope is keyed by content).
+		if gz && res.gzipChunks != nil && !res.chunksByContent {
 			prefix := itemPrefix(res)
 			res.bodies.writeGzipList(w, res.gzipChunks, head, items, func(dst gzipchunks.ItemWriter, o *store.Object) {
 				writeItem(dst, res.Entry.Custom, prefix, o)
