@@ -41,7 +41,13 @@ func (d *deferredBody) chunkItem(raw []byte, after bool) {
 		return
 	}
 	if d.stream == nil {
-		if d.out == nil && len(*d.held)+1+len(raw) <= gzipThreshold {
+		// Exactly the bytes the item adds, so the response is compressed
+		// exactly when jsonForm's plain path would compress it.
+		n := itemBytesLen(d.chunkCustom, d.chunkPrefix, raw)
+		if after {
+			n++
+		}
+		if d.out == nil && len(*d.held)+n <= gzipThreshold {
 			if after {
 				*d.held = append(*d.held, ',')
 			}

@@ -100,3 +100,30 @@ func benchFrontListGzip(b *testing.B, keep bool) {
 
 func BenchmarkFrontListGzipKept10kx1KiB(b *testing.B)  { benchFrontListGzip(b, true) }
 func BenchmarkFrontListGzipWhole10kx1KiB(b *testing.B) { benchFrontListGzip(b, false) }
+
+// A front compresses a LIST exactly when the standalone server does: a
+// body of gzipThreshold bytes or less is plain, one byte more is gzipped
+// (the chunked body counts each item's bytes as written, without the
+// apiVersion/kind prefix it drops).
+func TestFrontGzipThresholdEdge(t *testing.T) {
+	const probe = gzipThreshold - 400
+	bt := newBenchTierFields(t, benchObjects(1, probe), true, false)
+	base := len(serve(t, bt.srv, benchPath, "").body)
+	bt.stop()
+	for _, want := range []int{gzipThreshold - 30, gzipThreshold - 1, gzipThreshold, gzipThreshold + 1, gzipThreshold + 30} {
+		bt := newBenchTierFields(t, benchObjects(1, probe+want-base), true, false)
+		plain := serve(t, bt.srv, benchPath, "")
+		if len(plain.body) != want {
+			t.Fatalf("a body of %d bytes, want %d: the probe's arithmetic is off", len(plain.body), want)
+		}
+		standalone := serve(t, bt.srv, benchPath, "gzip")
+		front := serve(t, streamingServer(t, bt, nil), benchPath, "gzip")
+		if front.ce != standalone.ce || !bytes.Equal(front.body, standalone.body) {
+			t.Errorf("a body of %d bytes: the front's Content-Encoding %q, the standalone server's %q (bodies equal: %v)", want, front.ce, standalone.ce, bytes.Equal(front.body, standalone.body))
+		}
+		if gz := standalone.ce == "gzip"; gz != (want > gzipThreshold) {
+			t.Errorf("a body of %d bytes: gzipped %v", want, gz)
+		}
+		bt.stop()
+	}
+}

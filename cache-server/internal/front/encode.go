@@ -257,10 +257,15 @@ func writeItemBytes(w itemWriter, custom bool, prefix []byte, raw []byte) {
 
 // itemLen is the number of bytes writeItem writes for o.
 func itemLen(custom bool, prefix []byte, o *store.Object) int {
-	if custom || !bytes.HasPrefix(o.Raw, prefix) {
-		return len(o.Raw)
+	return itemBytesLen(custom, prefix, o.Raw)
+}
+
+// itemBytesLen is the number of bytes writeItemBytes writes for raw.
+func itemBytesLen(custom bool, prefix []byte, raw []byte) int {
+	if custom || !bytes.HasPrefix(raw, prefix) {
+		return len(raw)
 	}
-	rest := o.Raw[len(prefix):]
+	rest := raw[len(prefix):]
 	if len(rest) > 0 && rest[0] == ',' {
 		rest = rest[1:]
 	}

@@ -116,9 +116,12 @@ const maxPooledStream = 2 * maxChunkBytes
 
 // release returns s to the pool without its references to the body.
 func (s *Stream) release(c *Cache) {
-	clear(s.objs)
+	// To capacity: a chunk shorter than an earlier one leaves the
+	// earlier items' references past the length, which would keep a
+	// large buffer alive in the pool.
+	clear(s.objs[:cap(s.objs)])
 	s.objs = s.objs[:0]
-	clear(s.items)
+	clear(s.items[:cap(s.items)])
 	s.items = s.items[:0]
 	s.buf, s.ends, s.seqs = s.buf[:0], s.ends[:0], s.seqs[:0]
 	if cap(s.buf) > maxPooledStream {

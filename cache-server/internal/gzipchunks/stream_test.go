@@ -169,3 +169,38 @@ func TestStreamClientGone(t *testing.T) {
 	}
 	checkStream(t, s, "[", all, 0, "]")
 }
+
+// A Stream back in the pool holds no reference to the items of its body,
+// however its chunks' lengths varied (a large object's buffer must not
+// stay reachable from a pooled Stream).
+func TestStreamReleaseDropsReferences(t *testing.T) {
+	c := New(0, newMetrics())
+	s := c.Scope("configmaps")
+	st, _ := newStore(t, 300, 1024, xs)
+	items := unnumbered(listItems(t, st, store.ListRequest{}))
+	var out bytes.Buffer
+	w := s.NewWriter(&out)
+	stream := w.Stream(writeItem, false)
+	for _, o := range items {
+		if err := stream.Add(o.Raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = stream.Add(items[0].Raw) // a last chunk of one item
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if cap(stream.objs) < 2 {
+		t.Fatalf("the stream assembled chunks of at most %d items; the test needs longer ones", cap(stream.objs))
+	}
+	for i, o := range stream.objs[:cap(stream.objs)] {
+		if o.Raw != nil {
+			t.Fatalf("pooled stream: object %d still refers to %d bytes", i, len(o.Raw))
+		}
+	}
+	for i, p := range stream.items[:cap(stream.items)] {
+		if p != nil {
+			t.Fatalf("pooled stream: item %d still set", i)
+		}
+	}
+}
