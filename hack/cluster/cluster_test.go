@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/cachetier/cachetier/hack/imagebuild"
@@ -196,9 +197,19 @@ func TestNodeCluster(t *testing.T) {
 		}
 		// Its pod runs again (the kubelet restarts the pods still bound
 		// to it: a new container) and is reached from the other node.
+		// Polled without failing on the way: right after the restart the
+		// pod may still show the Ready status its old container left, then
+		// not ready while the new one starts.
 		var back corev1.Pod
 		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			back = c.netcheckPods(t, ns)[n.Name]
+			byNode, err := readyNetcheckPods(ctx, cs, ns)
+			if err != nil {
+				return false, nil
+			}
+			var ok bool
+			if back, ok = byNode[n.Name]; !ok {
+				return false, nil
+			}
 			return back.Status.ContainerStatuses[0].ContainerID != pod.Status.ContainerStatuses[0].ContainerID, nil
 		})
 		if err != nil {
@@ -257,9 +268,21 @@ func (c *Cluster) netcheckPods(t *testing.T, ns string) map[string]corev1.Pod {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=netcheck"})
+	byNode, err := readyNetcheckPods(ctx, cs, ns)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(byNode) != len(c.Nodes) {
+		t.Fatalf("netcheck pods by node: %v, want one on each of %v", keys(byNode), c.NodeNames())
+	}
+	return byNode
+}
+
+// readyNetcheckPods lists ns's ready netcheck pods by node.
+func readyNetcheckPods(ctx context.Context, cs kubernetes.Interface, ns string) (map[string]corev1.Pod, error) {
+	list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=netcheck"})
+	if err != nil {
+		return nil, err
 	}
 	byNode := map[string]corev1.Pod{}
 	for _, p := range list.Items {
@@ -267,10 +290,7 @@ func (c *Cluster) netcheckPods(t *testing.T, ns string) map[string]corev1.Pod {
 			byNode[p.Spec.NodeName] = p
 		}
 	}
-	if len(byNode) != len(c.Nodes) {
-		t.Fatalf("netcheck pods by node: %v, want one on each of %v", keys(byNode), c.NodeNames())
-	}
-	return byNode
+	return byNode, nil
 }
 
 func keys[V any](m map[string]V) []string {
