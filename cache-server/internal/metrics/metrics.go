@@ -85,7 +85,6 @@ type Metrics struct {
 	RequestDeadlineExceeded *prometheus.CounterVec
 }
 
-// New creates the metrics and registers them on reg.
 // resultCounter is a counter by "result" whose results' series exist, at
 // 0, from the start: a dashboard panel of a result that has not happened
 // shows zeros rather than no data (e2e/observability requires every panel
@@ -98,6 +97,7 @@ func resultCounter(name, help string, results ...string) *prometheus.CounterVec 
 	return c
 }
 
+// New creates the metrics and registers them on reg.
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
