@@ -40,6 +40,7 @@ func (d *deferredBody) chunkItem(raw []byte, after bool) {
 	if d.err != nil {
 		return
 	}
+	// Before the response starts there is no stream (begin makes both).
 	if d.stream == nil {
 		// Exactly the bytes the item adds, so the response is compressed
 		// exactly when jsonForm's plain path would compress it.
@@ -47,7 +48,7 @@ func (d *deferredBody) chunkItem(raw []byte, after bool) {
 		if after {
 			n++
 		}
-		if d.out == nil && len(*d.held)+n <= gzipThreshold {
+		if len(*d.held)+n <= gzipThreshold {
 			if after {
 				*d.held = append(*d.held, ',')
 			}
@@ -55,9 +56,7 @@ func (d *deferredBody) chunkItem(raw []byte, after bool) {
 			d.heldItems++
 			return
 		}
-		if d.out == nil {
-			d.begin()
-		}
+		d.begin()
 		if d.err != nil {
 			return
 		}
