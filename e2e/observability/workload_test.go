@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	authzv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,8 +25,9 @@ import (
 // workload writes configmaps through the apiserver and reads them through
 // the tier (status.serverURL, through the aggregator) the ways clients do:
 // consistent and paginated LISTs in JSON and protobuf, GETs, a long watch
-// and repeated watch-lists. Errors are counted, not fatal: the test kills a
-// shard while it runs.
+// and repeated watch-lists, as the cluster admin and as a user who may only
+// view. Errors are counted, not fatal: the test kills a shard while it
+// runs.
 type workload struct {
 	writes, reads, watchEvents, watchLists, errors atomic.Int64
 	lastErr                                        atomic.Value
@@ -66,6 +70,7 @@ func startWorkload(t *testing.T, e *env, serverURL string) *workload {
 	protoCfg.ContentType = "application/vnd.kubernetes.protobuf"
 	protoCfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	tierProto := kubernetes.NewForConfigOrDie(protoCfg)
+	tierViewer := viewerClient(t, e, tierCfg)
 	namespaces := nodeinstall.CachedNamespaces
 	loop := func(every time.Duration, f func(i int)) {
 		w.wg.Add(1)
@@ -91,8 +96,10 @@ func startWorkload(t *testing.T, e *env, serverURL string) *workload {
 		}
 		w.writes.Add(1)
 	})
-	// Reads through the tier.
-	for _, c := range []kubernetes.Interface{tierJSON, tierProto} {
+	// Reads through the tier. The admin (system:masters) is exempt from
+	// priority and fairness; the viewer is not: its requests are charged
+	// seats and queue in global-default, as most clients' do.
+	for _, c := range []kubernetes.Interface{tierJSON, tierProto, tierViewer} {
 		c := c
 		loop(200*time.Millisecond, func(i int) {
 			n := namespaces[i%len(namespaces)]
@@ -158,4 +165,61 @@ func startWorkload(t *testing.T, e *env, serverURL string) *workload {
 	})
 	t.Cleanup(w.stop)
 	return w
+}
+
+// viewer is the user the workload also reads as: bound to the cluster's
+// view ClusterRole only, which the operator's reader ClusterRole for the
+// profile is aggregated into.
+const viewer = "olivia"
+
+// viewerClient binds viewer to view and returns a client of the tier that
+// impersonates it (the aggregator passes the impersonated user on), once a
+// read through the tier succeeds: a read before the binding reached the
+// authorizers would be refused, and the refusal cached.
+func viewerClient(t *testing.T, e *env, tierCfg *rest.Config) kubernetes.Interface {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := e.in.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "view-" + viewer},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: viewer}},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	// The apiserver's RBAC authorizer sees the binding within moments.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, err := canView(ctx, e)
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s may not list configmaps after 30s: %v", viewer, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	cfg := rest.CopyConfig(tierCfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: viewer, Groups: []string{"viewers"}}
+	c := kubernetes.NewForConfigOrDie(cfg)
+	if _, err := c.CoreV1().ConfigMaps(nodeinstall.CachedNamespaces[0]).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		t.Fatalf("%s cannot read configmaps through the tier: %v", viewer, err)
+	}
+	return c
+}
+
+// canView asks the apiserver whether viewer may list configmaps.
+func canView(ctx context.Context, e *env) (bool, error) {
+	r, err := e.in.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{
+		Spec: authzv1.SubjectAccessReviewSpec{
+			User:               viewer,
+			Groups:             []string{"viewers", "system:authenticated"},
+			ResourceAttributes: &authzv1.ResourceAttributes{Verb: "list", Resource: "configmaps"},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return false, err
+	}
+	return r.Status.Allowed, fmt.Errorf("not allowed: %s", r.Status.Reason)
 }
