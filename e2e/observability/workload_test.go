@@ -14,6 +14,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -189,16 +190,16 @@ func viewerClient(t *testing.T, e *env, tierCfg *rest.Config) kubernetes.Interfa
 		t.Fatal(err)
 	}
 	// The apiserver's RBAC authorizer sees the binding within moments.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ok, err := canView(ctx, e)
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s may not list configmaps after 30s: %v", viewer, err)
-		}
-		time.Sleep(500 * time.Millisecond)
+	review := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+		User: viewer, Groups: []string{"viewers", "system:authenticated"},
+		ResourceAttributes: &authzv1.ResourceAttributes{Verb: "list", Resource: "configmaps"},
+	}}
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		r, err := e.in.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		return err == nil && r.Status.Allowed, nil
+	})
+	if err != nil {
+		t.Fatalf("%s may not list configmaps after 30s: %v", viewer, err)
 	}
 	cfg := rest.CopyConfig(tierCfg)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: viewer, Groups: []string{"viewers"}}
@@ -207,19 +208,4 @@ func viewerClient(t *testing.T, e *env, tierCfg *rest.Config) kubernetes.Interfa
 		t.Fatalf("%s cannot read configmaps through the tier: %v", viewer, err)
 	}
 	return c
-}
-
-// canView asks the apiserver whether viewer may list configmaps.
-func canView(ctx context.Context, e *env) (bool, error) {
-	r, err := e.in.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{
-		Spec: authzv1.SubjectAccessReviewSpec{
-			User:               viewer,
-			Groups:             []string{"viewers", "system:authenticated"},
-			ResourceAttributes: &authzv1.ResourceAttributes{Verb: "list", Resource: "configmaps"},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return false, err
-	}
-	return r.Status.Allowed, fmt.Errorf("not allowed: %s", r.Status.Reason)
 }
