@@ -16,6 +16,7 @@ import (
 
 	"github.com/cachetier/cachetier/api/topology"
 	"github.com/cachetier/cachetier/hack/controlplane"
+	"github.com/cachetier/cachetier/hack/freeport"
 	"github.com/cachetier/cachetier/internal/pki"
 )
 
@@ -73,13 +74,11 @@ func startFleet(cp *controlplane.ControlPlane, admin *rest.Config, binary, flags
 	}
 	topo := topology.Topology{HashShards: int32(hashShards)}
 	for i, r := range topology.Assign(int32(hashShards), int32(shards)) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		shardAddr, err := freeport.LoopbackAddr()
 		if err != nil {
 			stop()
 			return nil, err
 		}
-		shardAddr := ln.Addr().String()
-		ln.Close()
 		name := fmt.Sprintf("shard-%d", i)
 		topo.Shards = append(topo.Shards, topology.Shard{Name: name, FirstHashShard: r.First, LastHashShard: r.Last, Replicas: 1, Endpoints: []string{shardAddr}})
 		if err := start(name, "shard", "--profile", profPath, "--kubeconfig", cp.AdminKubeconfig, "--shard-name", name,

@@ -31,7 +31,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -52,6 +51,7 @@ import (
 
 	"github.com/cachetier/cachetier/api/v1alpha1"
 	"github.com/cachetier/cachetier/hack/controlplane"
+	"github.com/cachetier/cachetier/hack/freeport"
 )
 
 type dataset struct {
@@ -408,12 +408,10 @@ func startTier(ctx context.Context, cp *controlplane.ControlPlane, admin *rest.C
 	if err := os.WriteFile(profPath, data, 0o644); err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.LoopbackAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	if shards > 0 {
 		return startFleet(cp, admin, binary, flags, env, dir, profPath, addr, shards, int(spec.HashShards))
 	}

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cachetier/cachetier/internal/pki"
 	"io"
 	"net"
 	"net/http"
@@ -23,6 +22,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cachetier/cachetier/hack/freeport"
+	"github.com/cachetier/cachetier/internal/pki"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -694,19 +696,14 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// freePort picks a free loopback port of this machine; inside a network
-// namespace of its own the control plane is alone and uses the well-known
-// port instead.
+// freePort picks a free loopback port of this machine (see freeport for
+// why not :0); inside a network namespace of its own the control plane is
+// alone and uses the well-known port instead.
 func (cp *ControlPlane) freePort(wellKnown int) (int, error) {
 	if cp.netns != "" {
 		return wellKnown, nil
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return freeport.Loopback()
 }
 
 // firstServiceIP is the address the apiserver gives the `kubernetes` Service;

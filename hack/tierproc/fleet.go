@@ -15,6 +15,7 @@ import (
 	"github.com/cachetier/cachetier/api/topology"
 	"github.com/cachetier/cachetier/api/v1alpha1"
 	"github.com/cachetier/cachetier/hack/controlplane"
+	"github.com/cachetier/cachetier/hack/freeport"
 	"github.com/cachetier/cachetier/internal/pki"
 )
 
@@ -77,11 +78,11 @@ func StartFleet(ctx context.Context, cp *controlplane.ControlPlane, opts FleetOp
 	f := &Fleet{Tier: t}
 	topo := topology.Topology{HashShards: int32(hashShards)}
 	for i, r := range topology.Assign(int32(hashShards), int32(opts.Shards)) {
-		addr, err := freeLoopbackAddr()
+		addr, err := freeport.LoopbackAddr()
 		if err != nil {
 			return nil, err
 		}
-		metrics, err := freeLoopbackAddr()
+		metrics, err := freeport.LoopbackAddr()
 		if err != nil {
 			return nil, err
 		}
@@ -102,7 +103,7 @@ func StartFleet(ctx context.Context, cp *controlplane.ControlPlane, opts FleetOp
 	if err := writeYAML(topoFile, topo); err != nil {
 		return nil, err
 	}
-	frontMetrics, err := freeLoopbackAddr()
+	frontMetrics, err := freeport.LoopbackAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -154,17 +155,6 @@ func (f *Fleet) waitFrontReady(ctx context.Context) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// freeLoopbackAddr returns a loopback address with a port nobody listens
-// on right now.
-func freeLoopbackAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 func writeYAML(path string, v any) error {
