@@ -199,6 +199,10 @@ type floodPhase struct {
 	// holding the 99th percentile of the node's LISTs in the phase (0: not
 	// a tier, or no LIST recorded).
 	handlerP99 float64
+	// serverRunQueue and benchRunQueue are how long the server's threads
+	// (all its processes) and the bench's own (the victims' client)
+	// waited for a core, per second of the phase (runQueueMeter).
+	serverRunQueue, benchRunQueue time.Duration
 }
 
 // runFloodPhase runs the victims, and the flooder when flood is set
@@ -283,9 +287,12 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 	before := tierNodeListBuckets(s)
 	// Peak RSS and CPU of the server's processes over the phase.
 	cpu0, t0 := cpuTicksAll(s.pids), time.Now()
+	serverRQ, benchRQ := newRunQueueMeter(s.pids), newRunQueueMeter([]int{os.Getpid()})
 	tick := time.NewTicker(250 * time.Millisecond)
 	for ctx.Err() == nil {
 		ph.peakRSS = max(ph.peakRSS, rssAll(s.pids))
+		serverRQ.sample()
+		benchRQ.sample()
 		select {
 		case <-ctx.Done():
 		case <-tick.C:
@@ -294,6 +301,12 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 	tick.Stop()
 	ph.elapsed = time.Since(t0)
 	ph.cpuMilliCores = (cpuTicksAll(s.pids) - cpu0) * 10 * 1000 / uint64(max(ph.elapsed.Milliseconds(), 1))
+	// In floating point: d × 1e9 overflows int64 beyond ~9 s of waiting.
+	perSecond := func(d time.Duration) time.Duration {
+		return time.Duration(float64(d) / max(ph.elapsed.Seconds(), 0.001))
+	}
+	ph.serverRunQueue = perSecond(serverRQ.sample())
+	ph.benchRunQueue = perSecond(benchRQ.sample())
 	wg.Wait()
 	if flooder != nil {
 		if ph.flooder, err = flooder.wait(d); err != nil {
@@ -377,7 +390,7 @@ func runFlood(ctx context.Context, o options, f *floodOptions) error {
 		servers = append(servers, byKey[k])
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "server\tphase\tnode LIST p50 ms\tp99 ms\tp99 / unloaded\tworkload GET p50 ms\tp99 ms\tp99 / unloaded\tvictims' failures\tflooder 200\t429\t429 share\t429 with Retry-After\t5xx (all)\tdropped (all)\tpeak RSS MiB\tCPU cores\ttier handler p99 ms\t")
+	fmt.Fprintln(tw, "server\tphase\tnode LIST p50 ms\tp99 ms\tp99 / unloaded\tworkload GET p50 ms\tp99 ms\tp99 / unloaded\tvictims' failures\tflooder 200\t429\t429 share\t429 with Retry-After\t5xx (all)\tdropped (all)\tpeak RSS MiB\tCPU cores\ttier handler p99 ms\tserver run-queue wait ms/s\tbench run-queue wait ms/s\t")
 	for _, s := range servers {
 		var base *floodPhase
 		for _, phase := range []string{"", "lists", "watchlists"} {
@@ -429,11 +442,11 @@ func writeFloodRow(w io.Writer, server string, ph, base *floodPhase) {
 	if ph.handlerP99 > 0 {
 		handler = fmt.Sprintf("<= %g", ph.handlerP99*1000)
 	}
-	fmt.Fprintf(w, "%s\t%s\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%.2f\t%s\t\n",
+	fmt.Fprintf(w, "%s\t%s\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%.2f\t%s\t%.0f\t%.0f\t\n",
 		server, ph.name, ms(ph.nodeP50), ms(ph.nodeP99), ratio(ph.nodeP99, base.nodeP99), ms(ph.getP50), ms(ph.getP99), ratio(ph.getP99, base.getP99),
 		victimsFailed, fl.OK, fl.TooMany, share, ra,
 		fl.S5x+ph.node.S5x+ph.workload.S5x, fl.Dropped+ph.node.Dropped+ph.workload.Dropped+int(ph.watchDrops),
-		ph.peakRSS>>20, float64(ph.cpuMilliCores)/1000, handler)
+		ph.peakRSS>>20, float64(ph.cpuMilliCores)/1000, handler, ms(ph.serverRunQueue), ms(ph.benchRunQueue))
 }
 
 // floodUsers makes the three identities and lets every authenticated user

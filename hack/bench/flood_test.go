@@ -2,7 +2,11 @@ package main
 
 import (
 	"math"
+	"os"
+	"runtime"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestFloodServerList(t *testing.T) {
@@ -32,5 +36,43 @@ func TestBucketQuantile(t *testing.T) {
 	}
 	if got := bucketQuantile(nil, nil, 0.99); got != 0 {
 		t.Errorf("no histogram: got %v, want 0", got)
+	}
+}
+
+// TestRunQueueMeter: more spinning threads than cores make this process's
+// threads wait for a core, and the meter's total grows; threads that end
+// (a goroutine exiting locked to its thread) never make it shrink.
+func TestRunQueueMeter(t *testing.T) {
+	threads := 2 * runtime.NumCPU()
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(threads))
+	m := newRunQueueMeter([]int{os.Getpid()})
+	start := m.sample()
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for range threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			for time.Now().Before(deadline) {
+			}
+		}()
+	}
+	mid := start
+	for time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		if now := m.sample(); now < mid {
+			t.Fatalf("the total shrank from %v to %v", mid, now)
+		} else {
+			mid = now
+		}
+	}
+	wg.Wait()
+	end := m.sample()
+	if end < mid {
+		t.Fatalf("the total shrank from %v to %v after threads ended", mid, end)
+	}
+	if end-start < 10*time.Millisecond {
+		t.Fatalf("%d threads spinning on %d cores for 300 ms waited only %v for a core", threads, runtime.NumCPU(), end-start)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -677,6 +678,68 @@ func cpuTicksAll(pids []int) uint64 {
 		n += cpuTicks(p)
 	}
 	return n
+}
+
+// runQueueWaits is how long each thread of a process has waited on a
+// CPU's run queue, runnable but not running (the second field of
+// /proc/<pid>/task/<tid>/schedstat), by thread ID. On a machine whose
+// cores the servers and clients share, it tells a request that waited
+// for a core apart from one that waited in the server: Go's own
+// scheduler cannot see a thread the kernel has not run.
+func runQueueWaits(pid int) map[string]time.Duration {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return nil
+	}
+	out := make(map[string]time.Duration, len(tasks))
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) == 3 {
+			ns, _ := strconv.ParseInt(f[1], 10, 64)
+			out[fmt.Sprintf("%d/%s", pid, t.Name())] = time.Duration(ns)
+		}
+	}
+	return out
+}
+
+// runQueueMeter adds up the run-queue wait of processes' threads between
+// samples. Threads come and go (Go ends one whose goroutine exits locked
+// to it), so a total of the live ones could shrink: each sample adds each
+// thread's growth since the last, and a thread first seen counts from
+// zero. A thread's wait between its last sample and its exit is lost.
+type runQueueMeter struct {
+	pids  []int
+	last  map[string]time.Duration
+	total time.Duration
+}
+
+func newRunQueueMeter(pids []int) *runQueueMeter {
+	m := &runQueueMeter{pids: pids}
+	m.last = m.read()
+	return m
+}
+
+func (m *runQueueMeter) read() map[string]time.Duration {
+	all := map[string]time.Duration{}
+	for _, p := range m.pids {
+		maps.Copy(all, runQueueWaits(p))
+	}
+	return all
+}
+
+// sample adds the growth since the last sample and returns the total.
+func (m *runQueueMeter) sample() time.Duration {
+	now := m.read()
+	for tid, w := range now {
+		if w > m.last[tid] {
+			m.total += w - m.last[tid]
+		}
+	}
+	m.last = now
+	return m.total
 }
 
 // rssEach is rss of each process.
