@@ -187,6 +187,10 @@ type summary struct {
 	total, ok, tooMany, other, errs int
 	p50, p99, max                   time.Duration
 	firstOther                      string
+	// responded counts the answers whose status and headers arrived,
+	// errors while reading a body after them included (a flooder's LIST
+	// cut when the flood ends).
+	responded int
 	// levels counts the answers by the priority level that classified
 	// them (X-Kubernetes-PF-PriorityLevel-UID).
 	levels map[string]int
@@ -199,6 +203,9 @@ func (r *record) summary() summary {
 	var lat []time.Duration
 	for _, a := range r.answers {
 		s.total++
+		if a.code != 0 {
+			s.responded++
+		}
 		if a.pfLevel != "" {
 			s.levels[a.pfLevel]++
 		}
