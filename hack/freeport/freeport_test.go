@@ -8,6 +8,9 @@ import (
 
 func TestLoopbackIsBelowTheEphemeralRangeAndBindable(t *testing.T) {
 	end := ephemeralStart()
+	if end-lowest < 1000 {
+		t.Skipf("the ephemeral range starts at %d: no room below it, Loopback takes the kernel's pick", end)
+	}
 	seen := map[int]bool{}
 	for range 50 {
 		port, err := Loopback()
