@@ -124,6 +124,14 @@ func main() {
 	flag.Parse()
 	o.settle = fo.api.settle
 	no.writers, no.podSize = wo.writers, pods.size
+	if o.profileDir != "" {
+		// Made here, not where each mode writes: a profile taken minutes
+		// into a run must not be lost to a missing directory.
+		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -profile-dir:", err)
+			os.Exit(1)
+		}
+	}
 	if handled, err := runFreshMode(context.Background(), *mode, o, small, fo); handled {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
