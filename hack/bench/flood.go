@@ -150,13 +150,35 @@ func (t *floodTally) quantile(p float64) time.Duration {
 	return l[min(len(l)-1, int(float64(len(l))*p))]
 }
 
-// floodGet GETs u and reads the body up to the end, or, for a
-// watch-list, up to its initial-events-end bookmark.
-func floodGet(ctx context.Context, c *http.Client, u string, untilBookmark bool) (int, bool, time.Duration, error) {
+// floodRead is how floodGet reads a response.
+type floodRead int
+
+const (
+	// readBody reads the body to its end, inflated when the server
+	// gzipped it, as client-go does.
+	readBody floodRead = iota
+	// readGzipped reads the body to its end as the server sent it: the
+	// request asks for gzip as client-go's does (the server does the same
+	// work), but the bytes are not inflated. The flooder's LISTs read so:
+	// inflating ~10 MiB per LIST was most of its CPU, and on one machine
+	// that CPU is taken from the servers it floods even under SCHED_IDLE
+	// (floodclient.go).
+	readGzipped
+	// readUntilBookmark reads a watch-list up to its initial-events-end
+	// bookmark.
+	readUntilBookmark
+)
+
+// floodGet GETs u and reads the response as how says.
+func floodGet(ctx context.Context, c *http.Client, u string, how floodRead) (int, bool, time.Duration, error) {
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return 0, false, 0, err
+	}
+	if how == readGzipped {
+		// Set by the caller, the transport leaves the body as sent.
+		req.Header.Set("Accept-Encoding", "gzip")
 	}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -164,7 +186,7 @@ func floodGet(ctx context.Context, c *http.Client, u string, untilBookmark bool)
 	}
 	defer resp.Body.Close()
 	retryAfter := resp.Header.Get("Retry-After") != ""
-	if resp.StatusCode != http.StatusOK || !untilBookmark {
+	if resp.StatusCode != http.StatusOK || how != readUntilBookmark {
 		_, err = io.Copy(io.Discard, resp.Body)
 		return resp.StatusCode, retryAfter, time.Since(start), err
 	}
@@ -261,7 +283,7 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 	victim := func(c *http.Client, u string, t *floodTally) {
 		vctx, vcancel := context.WithTimeout(context.Background(), time.Minute)
 		defer vcancel()
-		code, ra, lat, err := floodGet(vctx, c, u, false)
+		code, ra, lat, err := floodGet(vctx, c, u, readBody)
 		t.add(code, ra, lat, err)
 	}
 	every(time.Second, func() { victim(nodeC, podsOfNode+"&resourceVersion=0", ph.node) })
@@ -272,12 +294,12 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 	})
 	var flooder *floodClientProcess
 	if flood != "" {
-		u, conc, bookmark := s.Host+"/api/v1/configmaps", f.lists, false
+		u, conc, how := s.Host+"/api/v1/configmaps", f.lists, readGzipped
 		if flood == "watchlists" {
-			u, conc, bookmark = u+"?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan", f.watchLists, true
+			u, conc, how = u+"?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan", f.watchLists, readUntilBookmark
 		}
 		spec := floodClientSpec{Kubeconfig: ids.flooder, Server: s.floodTarget,
-			URL: u, Concurrency: conc, UntilBookmark: bookmark, Duration: d, Idle: f.clientPriority == "idle"}
+			URL: u, Concurrency: conc, Read: how, Duration: d, Idle: f.clientPriority == "idle"}
 		if flooder, err = startFloodClient(spec); err != nil {
 			cancel()
 			wg.Wait()

@@ -26,26 +26,39 @@ import (
 // a victim that wakes on its response is scheduled as a process of its
 // own (CFS favours the task that slept), as a kubelet on its node is.
 //
-// Even so, the flooder's client is the largest CPU user of the flood: it
-// inflates and decrypts every body the server sends it (~100 MiB/s of
-// ConfigMaps from a tier), and on a cluster it would do so on a machine
-// of its own. With -flood-client-priority idle (the default) its threads
-// run under SCHED_IDLE: they take the cores only when the servers and the
-// victims leave them idle, which is as close to "elsewhere" as one machine
-// gets. The flood on the server is unchanged in kind — the client keeps
-// its concurrent requests outstanding and reads each body as fast as the
-// leftover CPU lets it — but the victims wait for what the server does,
-// not for the bench. "normal" runs it as any process.
+// Even so, the flooder's client was the largest CPU user of the flood: it
+// inflated and decrypted every body the server sent it, and on a cluster
+// it would do so on a machine of its own. Two things keep it out of the
+// servers' way:
+//
+//   - With -flood-client-priority idle (the default) its threads run
+//     under SCHED_IDLE. That is not "only when the cores are idle": a
+//     scheduler trace of a fleet's LIST flood (perf sched, 8 s, 2 vCPUs,
+//     kernel 6.18) had the flooder on a core for 3.5 of the 16 core-
+//     seconds, 2.1 s of them while a server's or the victims' thread was
+//     runnable and waiting — a waking thread is queued on the core it
+//     woke on, behind another normal thread, while the other core runs
+//     the idle-class flooder.
+//   - So its LISTs are read as sent (readGzipped): the request is
+//     client-go's, gzip accepted, and the server's work the same, but the
+//     ~10 MiB bodies are not inflated. In the same trace after this, the
+//     flooder ran 0.9 core-seconds, 0.5 s of them while another thread
+//     waited, and the fleet served 55% more LISTs in the minute. Watch-
+//     lists are still inflated and read up to their bookmark.
+//
+// The flood on the server is unchanged in kind — the client keeps its
+// concurrent requests outstanding and reads each body as fast as the
+// leftover CPU lets it. "normal" runs it as any process.
 
 // floodClientSpec is what a flooder process is told (-flood-client-spec,
 // JSON).
 type floodClientSpec struct {
-	Kubeconfig    string        `json:"kubeconfig"`
-	Server        floodTarget   `json:"server"`
-	URL           string        `json:"url"`
-	Concurrency   int           `json:"concurrency"`
-	UntilBookmark bool          `json:"untilBookmark"`
-	Duration      time.Duration `json:"duration"`
+	Kubeconfig  string        `json:"kubeconfig"`
+	Server      floodTarget   `json:"server"`
+	URL         string        `json:"url"`
+	Concurrency int           `json:"concurrency"`
+	Read        floodRead     `json:"read"`
+	Duration    time.Duration `json:"duration"`
 	// Idle runs the process's threads under SCHED_IDLE.
 	Idle bool `json:"idle"`
 }
@@ -95,7 +108,7 @@ func runFloodClient(specJSON string) error {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				code, ra, lat, err := floodGet(ctx, clients[w%len(clients)], spec.URL, spec.UntilBookmark)
+				code, ra, lat, err := floodGet(ctx, clients[w%len(clients)], spec.URL, spec.Read)
 				if cutByEnd(ctx, err) {
 					return
 				}
