@@ -41,9 +41,10 @@ func (s *Source) List(req store.ListRequest) (store.ListResult, error) {
 // shards' streams are merged instead of collecting them
 // (front.ItemStreamer): the front holds about one record per shard, and a
 // page's items are never copied into objects. head gets the RV before the
-// first item.
-func (s *Source) StreamItems(req store.ListRequest, head func(rv uint64) error, item func(raw []byte) error) (store.ListResult, error) {
-	return s.merge(req, head, func(c *cursor) error { return item(c.raw) })
+// first item; item gets each item's content hash with its bytes (0 when
+// its shard sent none).
+func (s *Source) StreamItems(req store.ListRequest, head func(rv uint64) error, item func(raw []byte, contentHash uint64) error) (store.ListResult, error) {
+	return s.merge(req, head, func(c *cursor) error { return item(c.raw, c.hash) })
 }
 
 // merge reads the page of req at one RV and calls item for each of its
@@ -214,6 +215,9 @@ func (s *Source) openAll(ctx context.Context, req store.ListRequest, rv uint64, 
 	q := s.query("rv", strconv.FormatUint(rv, 10), "namespace", req.Namespace, "after", req.StartKeyExclusive,
 		"labelSelector", req.Selector.Label, "fieldSelector", req.Selector.Field)
 	shardwire.SetIndex(q, req.Index, req.ContinueByIndex)
+	// The items' content hashes, computed by the shards at ingestion:
+	// the front keys the compressed chunks it keeps by them.
+	q.Set(shardwire.ParamContentHash, shardwire.ContentHashXXH64)
 	if step > 0 {
 		q.Set("limit", strconv.FormatInt(step, 10))
 	}
@@ -297,9 +301,11 @@ type cursor struct {
 	s      *stream
 	client *Client
 	// ok: the cursor has a head: key and raw are its key and stored bytes,
-	// from view when inPlace, else from obj.
+	// hash its content hash (0: the shard sent none), from view when
+	// inPlace, else from obj.
 	ok       bool
 	key, raw []byte
+	hash     uint64
 	inPlace  bool
 	view     shardwire.View
 	obj      *store.Object
@@ -323,7 +329,7 @@ func (c *cursor) advance() error {
 			return c.client.readError(c.shard, err)
 		}
 		if ok {
-			c.ok, c.inPlace, c.view, c.key, c.raw = true, true, v, v.Key, v.Raw
+			c.ok, c.inPlace, c.view, c.key, c.raw, c.hash = true, true, v, v.Key, v.Raw, v.ContentHash
 			return nil
 		}
 		rec, err := c.s.Next()
@@ -332,7 +338,7 @@ func (c *cursor) advance() error {
 		}
 		switch rec.Kind {
 		case shardwire.KindObject:
-			c.ok, c.obj, c.key, c.raw = true, rec.Object, []byte(rec.Object.Key), rec.Object.Raw
+			c.ok, c.obj, c.key, c.raw, c.hash = true, rec.Object, []byte(rec.Object.Key), rec.Object.Raw, rec.Object.ContentHash
 			return nil
 		case shardwire.KindEnd:
 			c.ok, c.end = false, rec.Header
@@ -363,19 +369,19 @@ func (c *cursor) object(a *arena) *store.Object {
 		return c.obj
 	}
 	v := c.view
-	o := &store.Object{Key: string(v.Key), RV: v.RV, Raw: a.copy(v.Raw)}
+	o := &store.Object{Key: string(v.Key), RV: v.RV, Raw: a.copy(v.Raw), ContentHash: v.ContentHash}
 	o.Namespace, o.Name = keyParts(o.Key, v.Namespace, v.Name)
 	return o
 }
 
-// transient sets o's Raw and RV to the head's, valid until the cursor
-// advances (store.ListRequest.Transient): no copy.
+// transient sets o's Raw, RV and ContentHash to the head's, valid until
+// the cursor advances (store.ListRequest.Transient): no copy.
 func (c *cursor) transient(o *store.Object) {
 	if !c.inPlace {
-		o.Raw, o.RV = c.obj.Raw, c.obj.RV
+		o.Raw, o.RV, o.ContentHash = c.obj.Raw, c.obj.RV, c.obj.ContentHash
 		return
 	}
-	o.Raw, o.RV = c.view.Raw, c.view.RV
+	o.Raw, o.RV, o.ContentHash = c.view.Raw, c.view.RV, c.view.ContentHash
 }
 
 // keyParts returns namespace and name as substrings of key when key is

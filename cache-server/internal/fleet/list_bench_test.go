@@ -46,7 +46,7 @@ func benchFleetList(b *testing.B, shards int, plain bool, limit int64) {
 	read := func() {
 		req := store.ListRequest{SnapshotRV: listRV, Namespace: "bench", Limit: limit}
 		for {
-			res, err := f.src.StreamItems(req, nil, func([]byte) error { return nil })
+			res, err := f.src.StreamItems(req, nil, func([]byte, uint64) error { return nil })
 			if err != nil {
 				b.Fatal(err)
 			}

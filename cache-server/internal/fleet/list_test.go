@@ -165,8 +165,14 @@ func testObjects(namespaces, perNamespace int) []*store.Object {
 			name := fmt.Sprintf("cm-%05d", i)
 			key := keyhash.Key(ns, name)
 			raw := fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":%q,"namespace":%q,"resourceVersion":"%d"},"data":{"i":"%d"}}`, name, ns, 10+i, i)
-			objs = append(objs, &store.Object{Key: key, Namespace: ns, Name: name, RV: uint64(10 + i),
-				Labels: map[string]string{"env": envs[i%len(envs)], "ns": ns}, Raw: []byte(raw)})
+			o := &store.Object{Key: key, Namespace: ns, Name: name, RV: uint64(10 + i),
+				Labels: map[string]string{"env": envs[i%len(envs)], "ns": ns}, Raw: []byte(raw)}
+			if i%2 == 0 {
+				// As ingestion leaves it; the others as an older
+				// shard's store held them (no hash to send).
+				o.ContentHash = store.HashContent(o.Raw)
+			}
+			objs = append(objs, o)
 		}
 	}
 	return objs
@@ -249,10 +255,15 @@ func count(c *int64) string {
 func (f *listFixture) streamed(req store.ListRequest) (store.ListResult, error) {
 	var items []*store.Object
 	headRV := uint64(0)
-	res, err := f.src.StreamItems(req, func(rv uint64) error { headRV = rv; return nil }, func(raw []byte) error {
+	res, err := f.src.StreamItems(req, func(rv uint64) error { headRV = rv; return nil }, func(raw []byte, hash uint64) error {
 		o := f.byRaw[string(raw)]
 		if o == nil {
 			return fmt.Errorf("streamed bytes of no object: %q", raw)
+		}
+		// The shard's hash when its store has one (the front asked for
+		// them), else none.
+		if hash != o.ContentHash {
+			return fmt.Errorf("%s streamed with content hash %x, its shard holds %x", o.Key, hash, o.ContentHash)
 		}
 		items = append(items, o)
 		return nil

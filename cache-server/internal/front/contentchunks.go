@@ -36,7 +36,9 @@ func (d *deferredBody) chunkJSON(scope *gzipchunks.Scope, custom bool, prefix []
 // body is under the threshold, handed to the chunk stream once it passed
 // it. The item is never split between the two: the held bytes are the
 // body's head and whole items, compressed fresh when the response starts.
-func (d *deferredBody) chunkItem(raw []byte, after bool) {
+// contentHash is the item's, when its shard sent it (else 0: the stream
+// hashes the bytes).
+func (d *deferredBody) chunkItem(raw []byte, contentHash uint64, after bool) {
 	if d.err != nil {
 		return
 	}
@@ -61,7 +63,7 @@ func (d *deferredBody) chunkItem(raw []byte, after bool) {
 			return
 		}
 	}
-	if err := d.stream.Add(raw); err != nil {
+	if err := d.stream.Add(raw, contentHash); err != nil {
 		d.err = err
 	}
 }
@@ -108,14 +110,14 @@ func (c chunkedOut) WriteByte(b byte) error {
 // ADDED events, handed one at a time as the shards send them, as one gzip
 // member of chunks kept by content. Nothing beyond the chunk being
 // assembled is held, however large the snapshot, and the objects are read
-// from the shards' streams in place (InitialRaw): the stream copies what
-// it holds.
+// from the shards' streams in place (InitialRaw), with the content hashes
+// the shards sent: the stream copies what it holds.
 func (ww *watchWriter) initialEventsByContent(watcher *watch.Watcher) (n int, werr, err error) {
 	werr = ww.w.chunkMember(ww.res.watchListChunks, func(zw *gzipchunks.Writer) error {
 		stream := zw.Stream(writeAddedFrame, false)
 		var addErr error
-		err = watcher.InitialRaw(func(raw []byte) bool {
-			if addErr = stream.Add(raw); addErr != nil {
+		err = watcher.InitialRaw(func(raw []byte, contentHash uint64) bool {
+			if addErr = stream.Add(raw, contentHash); addErr != nil {
 				return false
 			}
 			n++

@@ -77,12 +77,14 @@ func TestFrontKeepsChunksByContent(t *testing.T) {
 
 // A front's gzipped RV=0 LIST of 10k x 1 KiB ConfigMaps, handed over item
 // by item as from the shards (localStreamer: the store's items, without
-// their Seqs): from chunks kept by content, and compressed whole as before
-// they were kept (the resource's chunksByContent off).
-func benchFrontListGzip(b *testing.B, keep bool) {
+// their Seqs): from chunks kept by content with the items' content hashes
+// as shards send them, the same hashed by the front (shards that send
+// none), and compressed whole as before chunks were kept (the resource's
+// chunksByContent off).
+func benchFrontListGzip(b *testing.B, keep, hashed bool) {
 	bt := newBenchTier(b, benchObjects(10000, 1024))
 	defer bt.stop()
-	fleet := streamingServer(b, bt, nil)
+	fleet := serverOver(b, bt, localStreamer{LocalSource: LocalSource{Ingester: bt.ing}, unhashed: !hashed})
 	fleet.resources[bt.ing.Resource().GVR].chunksByContent = keep
 	front := &benchTier{srv: fleet}
 	body := &bytes.Buffer{}
@@ -98,8 +100,11 @@ func benchFrontListGzip(b *testing.B, keep bool) {
 	b.ReportMetric(float64(body.Len()), "wireB/op")
 }
 
-func BenchmarkFrontListGzipKept10kx1KiB(b *testing.B)  { benchFrontListGzip(b, true) }
-func BenchmarkFrontListGzipWhole10kx1KiB(b *testing.B) { benchFrontListGzip(b, false) }
+func BenchmarkFrontListGzipKept10kx1KiB(b *testing.B) { benchFrontListGzip(b, true, true) }
+func BenchmarkFrontListGzipKeptFrontHashes10kx1KiB(b *testing.B) {
+	benchFrontListGzip(b, true, false)
+}
+func BenchmarkFrontListGzipWhole10kx1KiB(b *testing.B) { benchFrontListGzip(b, false, true) }
 
 // A front compresses a LIST exactly when the standalone server does: a
 // body of gzipThreshold bytes or less is plain, one byte more is gzipped

@@ -568,7 +568,7 @@ func writeFormList(w http.ResponseWriter, r *http.Request, res *resource, form s
 	body := res.bodies.deferred(w, acceptsGzip(r), form.enc())
 	_, _ = body.Write(head)
 	for _, o := range items {
-		if err = form.item(body, o.Raw); err != nil {
+		if err = form.item(body, o.Raw, o.ContentHash); err != nil {
 			break
 		}
 	}

@@ -55,7 +55,7 @@ func (c copyingStreamer) List(req store.ListRequest) (store.ListResult, error) {
 	return res, nil
 }
 
-func (c copyingStreamer) StreamItems(req store.ListRequest, head func(rv uint64) error, item func(raw []byte) error) (store.ListResult, error) {
+func (c copyingStreamer) StreamItems(req store.ListRequest, head func(rv uint64) error, item func(raw []byte, contentHash uint64) error) (store.ListResult, error) {
 	res, err := c.LocalSource.List(req)
 	if err != nil {
 		return store.ListResult{}, err
@@ -72,7 +72,11 @@ func (c copyingStreamer) StreamItems(req store.ListRequest, head func(rv uint64)
 			return store.ListResult{}, err
 		}
 		buf = append(buf[:0], raw...)
-		err = item(buf)
+		hash := o.ContentHash
+		if c.edit != nil {
+			hash = 0 // the bytes may have changed
+		}
+		err = item(buf, hash)
 		for j := range buf {
 			buf[j] = 'X'
 		}

@@ -18,10 +18,11 @@ import (
 type ItemStreamer interface {
 	// StreamItems reads the page of req as List does; it calls head with
 	// the page's RV before the first item, then item with each item's
-	// stored bytes in key order (valid only during the call). The result
+	// stored bytes in key order (valid only during the call) and its
+	// content hash (store.Object.ContentHash; 0: not known). The result
 	// is List's without Items. An error of head or item ends the read and
 	// is returned.
-	StreamItems(req store.ListRequest, head func(rv uint64) error, item func(raw []byte) error) (store.ListResult, error)
+	StreamItems(req store.ListRequest, head func(rv uint64) error, item func(raw []byte, contentHash uint64) error) (store.ListResult, error)
 }
 
 // listRead is what streamList needs of the request besides the store's.
@@ -45,7 +46,9 @@ type streamForm interface {
 	head(meta metav1.ListMeta) ([]byte, error)
 	// item writes one item (after a separator unless it is the first) or
 	// holds a copy of it for a batch; raw is valid only during the call.
-	item(w itemWriter, raw []byte) error
+	// contentHash is the item's store.Object.ContentHash (0: not known),
+	// which keys the chunks a front keeps by content (chunkItem).
+	item(w itemWriter, raw []byte, contentHash uint64) error
 	// flush writes what item holds.
 	flush(w itemWriter) error
 	// tail ends the body.
@@ -92,9 +95,9 @@ func (f *jsonForm) head(meta metav1.ListMeta) ([]byte, error) {
 	return jsonListHead(f.res.APIResource.Kind+"List", f.res.GVR.GroupVersion().String(), meta)
 }
 
-func (f *jsonForm) item(w itemWriter, raw []byte) error {
+func (f *jsonForm) item(w itemWriter, raw []byte, contentHash uint64) error {
 	if d, ok := w.(*deferredBody); ok && d.chunks != nil {
-		d.chunkItem(raw, f.n > 0)
+		d.chunkItem(raw, contentHash, f.n > 0)
 		f.n++
 		return nil
 	}
@@ -124,7 +127,7 @@ func (f *metadataForm) head(meta metav1.ListMeta) ([]byte, error) {
 	return bytes.TrimSuffix(h, []byte("[")), err
 }
 
-func (f *metadataForm) item(w itemWriter, raw []byte) error {
+func (f *metadataForm) item(w itemWriter, raw []byte, _ uint64) error {
 	sep := byte(',')
 	if f.n == 0 {
 		sep = '['
@@ -159,7 +162,7 @@ func (f *tableForm) head(meta metav1.ListMeta) ([]byte, error) {
 	return h, f.res.tableError(err)
 }
 
-func (f *tableForm) item(w itemWriter, raw []byte) error {
+func (f *tableForm) item(w itemWriter, raw []byte, _ uint64) error {
 	f.arena = append(f.arena, raw...)
 	f.ends = append(f.ends, len(f.arena))
 	if len(f.ends) < tables.ListBatch {
@@ -219,8 +222,8 @@ func (s *Server) streamList(w http.ResponseWriter, r *http.Request, res *resourc
 	if req.Limit > 0 {
 		page := res.bodies.pages.Get().(*bytes.Buffer)
 		defer res.bodies.putPage(page)
-		result, err := src.StreamItems(req, nil, func(raw []byte) error {
-			formErr = form.item(page, raw)
+		result, err := src.StreamItems(req, nil, func(raw []byte, contentHash uint64) error {
+			formErr = form.item(page, raw, contentHash)
 			return formErr
 		})
 		if err == nil {
@@ -258,9 +261,9 @@ func (s *Server) streamList(w http.ResponseWriter, r *http.Request, res *resourc
 		}
 		_, err = body.Write(head)
 		return err
-	}, func(raw []byte) error {
+	}, func(raw []byte, contentHash uint64) error {
 		items++
-		if formErr = form.item(body, raw); formErr != nil {
+		if formErr = form.item(body, raw, contentHash); formErr != nil {
 			return formErr
 		}
 		return body.err

@@ -30,9 +30,12 @@ import (
 type localStreamer struct {
 	LocalSource
 	fail func(item int) error
+	// unhashed hands items over without their content hashes, as from
+	// shards that send none.
+	unhashed bool
 }
 
-func (l localStreamer) StreamItems(req store.ListRequest, head func(rv uint64) error, item func(raw []byte) error) (store.ListResult, error) {
+func (l localStreamer) StreamItems(req store.ListRequest, head func(rv uint64) error, item func(raw []byte, contentHash uint64) error) (store.ListResult, error) {
 	res, err := l.List(req)
 	if err != nil {
 		return store.ListResult{}, err
@@ -48,7 +51,11 @@ func (l localStreamer) StreamItems(req store.ListRequest, head func(rv uint64) e
 				return store.ListResult{}, err
 			}
 		}
-		if err := item(o.Raw); err != nil {
+		hash := o.ContentHash
+		if l.unhashed {
+			hash = 0
+		}
+		if err := item(o.Raw, hash); err != nil {
 			return store.ListResult{}, err
 		}
 	}

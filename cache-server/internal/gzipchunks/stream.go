@@ -1,8 +1,6 @@
 package gzipchunks
 
 import (
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/cachetier/cachetier/cache-server/internal/store"
 )
 
@@ -26,11 +24,12 @@ import (
 // for a content hash.
 
 // ContentSeq is the Seq of an item known by its bytes only: a 64-bit
-// xxhash of them, never 0 (0 marks an object without a Seq). A chunk's
+// xxhash of them (store.HashContent, which a shard sends along as the
+// item's ContentHash), never 0 (0 marks an object without a Seq). A chunk's
 // entry compares every item's Seq before it is used, so a wrong reuse
 // needs two different items of the same resource, in the same place of the
 // same range, with the same 64-bit hash: odds of 2^-64 per lookup.
-func ContentSeq(raw []byte) uint64 { return xxhash.Sum64(raw) | 1 }
+func ContentSeq(raw []byte) uint64 { return store.HashContent(raw) }
 
 // Stream writes a body's items, given one at a time, in chunks cut and
 // kept by content (ContentSeq). It belongs to its Writer, whose Close
@@ -65,13 +64,16 @@ func (w *Writer) Stream(write func(dst ItemWriter, o *store.Object), after bool)
 
 // Add copies one item into the chunk being assembled and writes the chunk
 // if the item ends it (chunkEnd's rule: a boundary Seq or maxChunkBytes).
-// It returns the body's first write error (a client gone): the caller
-// should stop reading.
-func (s *Stream) Add(raw []byte) error {
+// seq is ContentSeq(raw) when the caller has it (the item's ContentHash,
+// sent by its shard), else 0 and Add hashes raw. It returns the body's
+// first write error (a client gone): the caller should stop reading.
+func (s *Stream) Add(raw []byte, seq uint64) error {
 	if s.w.out.err != nil {
 		return s.w.out.err
 	}
-	seq := ContentSeq(raw)
+	if seq == 0 {
+		seq = ContentSeq(raw)
+	}
 	s.buf = append(s.buf, raw...)
 	s.ends = append(s.ends, len(s.buf))
 	s.seqs = append(s.seqs, seq)

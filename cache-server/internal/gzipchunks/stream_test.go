@@ -13,7 +13,8 @@ import (
 
 // streamBody writes a gzip body of items through s as a fleet's front
 // does: the first held items written as fresh bytes, the rest handed over
-// one at a time from a buffer that is overwritten after each call.
+// one at a time from a buffer that is overwritten after each call, each
+// with its ContentHash (0 unless the test set it: the Stream hashes).
 func streamBody(t testing.TB, s *Scope, head string, items []*store.Object, held int, tail string) []byte {
 	t.Helper()
 	var out bytes.Buffer
@@ -31,7 +32,7 @@ func streamBody(t testing.TB, s *Scope, head string, items []*store.Object, held
 	scratch := make([]byte, 0, 4096)
 	for _, o := range items[held:] {
 		scratch = append(scratch[:0], o.Raw...)
-		if err := st.Add(scratch); err != nil {
+		if err := st.Add(scratch, o.ContentHash); err != nil {
 			t.Fatal(err)
 		}
 		for i := range scratch {
@@ -75,6 +76,16 @@ func TestStreamByContent(t *testing.T) {
 		}
 	}
 
+	// Items whose shard sent their content hash: the same body and every
+	// chunk from the cache (the hash Add would have computed, given).
+	m0, h0 := misses(), hits()
+	if warm := streamBody(t, s, head, hashed(all), 0, tail); !bytes.Equal(warm, streamBody(t, s, head, all, 0, tail)) {
+		t.Fatal("items with their content hashes given: the body differs from the one hashed by the stream")
+	}
+	if misses() != m0 || hits()-h0 < 40 {
+		t.Fatalf("items with their content hashes given: %v chunks compressed, %v from the cache; want 0 and all", misses()-m0, hits()-h0)
+	}
+
 	// Change two objects: only their chunks (and, with items held, the
 	// first partial one) are compressed again.
 	for i, name := range []string{"cm-000100", "cm-002500"} {
@@ -84,7 +95,7 @@ func TestStreamByContent(t *testing.T) {
 		}
 	}
 	all = unnumbered(listItems(t, st, store.ListRequest{}))
-	m0 := misses()
+	m0 = misses()
 	if got, want := gunzip(t, streamBody(t, s, head, all, 0, tail)), plain(head, all, tail); !bytes.Equal(got, want) {
 		t.Fatal("after changes: the body differs from the plain one")
 	}
@@ -92,7 +103,7 @@ func TestStreamByContent(t *testing.T) {
 		t.Fatalf("2 changes compressed %v chunks again, want 1-4", again)
 	}
 	// Held items change where the first chunk starts, not the others.
-	m0, h0 := misses(), hits()
+	m0, h0 = misses(), hits()
 	checkStream(t, s, head, all, 7, tail)
 	if misses()-m0 > 2 || hits()-h0 < 20 {
 		t.Fatalf("7 items held: %v chunks compressed, %v from the cache; want the first only compressed", misses()-m0, hits()-h0)
@@ -105,6 +116,18 @@ func unnumbered(items []*store.Object) []*store.Object {
 	for i, o := range items {
 		c := *o
 		c.Seq = 0
+		out[i] = &c
+	}
+	return out
+}
+
+// hashed copies items with their content hashes set, as a shard sends
+// them.
+func hashed(items []*store.Object) []*store.Object {
+	out := make([]*store.Object, len(items))
+	for i, o := range items {
+		c := *o
+		c.ContentHash = store.HashContent(o.Raw)
 		out[i] = &c
 	}
 	return out
@@ -157,7 +180,7 @@ func TestStreamClientGone(t *testing.T) {
 	stream := w.Stream(writeItem, false)
 	var err error
 	for _, o := range all {
-		if err = stream.Add(o.Raw); err != nil {
+		if err = stream.Add(o.Raw, 0); err != nil {
 			break
 		}
 	}
@@ -182,11 +205,11 @@ func TestStreamReleaseDropsReferences(t *testing.T) {
 	w := s.NewWriter(&out)
 	stream := w.Stream(writeItem, false)
 	for _, o := range items {
-		if err := stream.Add(o.Raw); err != nil {
+		if err := stream.Add(o.Raw, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_ = stream.Add(items[0].Raw) // a last chunk of one item
+	_ = stream.Add(items[0].Raw, 0) // a last chunk of one item
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}

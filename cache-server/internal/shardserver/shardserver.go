@@ -205,6 +205,9 @@ func (s *Server) list(ctx context.Context, out *shardwire.Writer, res ingest.Res
 // latest), limit items (0 = all): the part of list after the freshness
 // wait, for any store (the handler's, and tests of the fronts' merge).
 func ListStore(out *shardwire.Writer, st *store.Store, q url.Values, rv, limit uint64) error {
+	if shardwire.WantsContentHashes(q) {
+		out.SendContentHashes()
+	}
 	if key := q.Get("key"); key != "" {
 		o, snapRV, err := st.Get(key, rv)
 		if err != nil {

@@ -86,6 +86,70 @@ func TestListStoreIndexParameters(t *testing.T) {
 	}
 }
 
+// A list sends its items' content hashes only to a front that asks for
+// them in the hash the shard computes (an older front, or one asking for
+// another hash, reads plain object records), by page, whole scan and key.
+func TestListStoreContentHashes(t *testing.T) {
+	st, err := store.New(store.Options{Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []*store.Object
+	for _, name := range []string{"a", "b", "c"} {
+		raw := []byte(`{"n":"` + name + `"}`)
+		objs = append(objs, &store.Object{Key: "ns/" + name, Namespace: "ns", Name: name, RV: 1, Raw: raw, ContentHash: store.HashContent(raw)})
+	}
+	if _, err := st.Replace(objs, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		query  string
+		hashed bool
+	}{
+		{"", false},
+		{"contentHash=xxhash64", true},
+		{"contentHash=xxh3", false},
+		{"key=ns%2Fb&contentHash=xxhash64", true},
+		{"key=ns%2Fb", false},
+	} {
+		q, err := url.ParseQuery(c.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, limit := range []uint64{0, 2} {
+			var buf bytes.Buffer
+			out := shardwire.NewWriter(&buf)
+			if err := ListStore(out, st, q, 1, limit); err != nil {
+				t.Fatalf("%s: %v", c.query, err)
+			}
+			_ = out.Flush()
+			raw := buf.Bytes()
+			r := shardwire.NewReader(&buf)
+			n := 0
+			for {
+				rec, err := r.Next()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rec.Kind == shardwire.KindEnd {
+					break
+				}
+				n++
+				want := uint64(0)
+				if c.hashed {
+					want = store.HashContent(rec.Object.Raw)
+				}
+				if rec.Object.ContentHash != want {
+					t.Errorf("%q limit %d: %s with content hash %x, want %x", c.query, limit, rec.Object.Key, rec.Object.ContentHash, want)
+				}
+			}
+			if n == 0 || raw[0] != map[bool]byte{true: byte(shardwire.KindHashedObject), false: byte(shardwire.KindObject)}[c.hashed] {
+				t.Errorf("%q limit %d: %d items, first record kind %q", c.query, limit, n, raw[0])
+			}
+		}
+	}
+}
+
 // A replica answers only for the hash shards it holds: a front whose
 // topology gives the shard another range (the shard count is changing and
 // one of the two has not rolled yet) gets 421 naming both ranges, which

@@ -26,6 +26,23 @@ const (
 	ParamContinueByIndex = "continueByIndex"
 )
 
+// ParamContentHash asks a shard to send each list item's content hash
+// (KindHashedObject); its value names the hash, ContentHashXXH64 — the
+// only one, store.HashContent. A front keys the compressed chunks it keeps
+// by its items' content, and the shard computed the hash once per change
+// at ingestion, where the front would hash every item of every LIST. A
+// shard that does not know the parameter sends plain object records and
+// the front hashes them itself, so fronts and shards of different versions
+// work together; a future hash gets a new value, never this one.
+const (
+	ParamContentHash = "contentHash"
+	ContentHashXXH64 = "xxhash64"
+)
+
+// WantsContentHashes reports whether a list request's query asks for the
+// items' content hashes in the hash this shard computes.
+func WantsContentHashes(q url.Values) bool { return q.Get(ParamContentHash) == ContentHashXXH64 }
+
 // SetIndex adds a read's index to a list request's query (nothing when
 // iv.Field is "").
 func SetIndex(q url.Values, iv store.IndexValue, continueByIndex bool) {

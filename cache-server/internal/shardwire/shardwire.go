@@ -4,11 +4,13 @@
 // pages and events without parsing the objects themselves.
 //
 //	object    = 'O' meta bytes(raw)
+//	hashed    = 'H' fixed64(contentHash) meta bytes(raw)   (an object; ParamContentHash)
 //	event     = 'E' string(type) uvarint(rv) meta bytes(raw) (0 | 1 meta bytes(prevRaw))
 //	other     = kind bytes(json header) bytes("")      (end, watermark, error)
 //	meta      = string(key) string(namespace) string(name) uvarint(rv) pairs(labels) pairs(fields)
 //	pairs     = uvarint(n) (string string)*n
 //	string, bytes = uvarint(len) data
+//	fixed64   = 8 bytes, little-endian
 //
 // Objects and events — one per item of a page, one per change — are binary
 // (no JSON per object on either side); the rare records are JSON. Sizes
@@ -53,6 +55,11 @@ type Kind byte
 const (
 	// KindObject is one item of a list, in key order.
 	KindObject Kind = 'O'
+	// KindHashedObject is a KindObject record that starts with the
+	// object's content hash (store.Object.ContentHash), sent to a front
+	// that asks for it (ParamContentHash). Readers return it as a
+	// KindObject record whose object carries the hash.
+	KindHashedObject Kind = 'H'
 	// KindEnd ends a list: its RV, continuation and counts.
 	KindEnd Kind = 'T'
 	// KindEvent is one change of a followed resource, with its previous
@@ -178,6 +185,9 @@ type Writer struct {
 	w     *bufio.Writer
 	under io.Writer
 	buf   []byte
+	// hashes: objects that carry a content hash are sent with it
+	// (SendContentHashes).
+	hashes bool
 }
 
 // NewWriter writes records to w (buffered; call Flush, which flushes w too
@@ -191,8 +201,18 @@ func (w *Writer) Object(o *store.Object) error { return w.object(o, true) }
 // needs once the shard has applied the selectors.
 func (w *Writer) Item(o *store.Object) error { return w.object(o, false) }
 
+// SendContentHashes makes w send the content hash of every object that
+// carries one (KindHashedObject): the front asked for them
+// (WantsContentHashes).
+func (w *Writer) SendContentHashes() { w.hashes = true }
+
 func (w *Writer) object(o *store.Object, attrs bool) error {
-	w.buf = append(w.buf[:0], byte(KindObject))
+	if w.hashes && o.ContentHash != 0 {
+		w.buf = append(w.buf[:0], byte(KindHashedObject))
+		w.buf = binary.LittleEndian.AppendUint64(w.buf, o.ContentHash)
+	} else {
+		w.buf = append(w.buf[:0], byte(KindObject))
+	}
 	w.buf = appendMeta(w.buf, o, attrs)
 	w.buf = binary.AppendUvarint(w.buf, uint64(len(o.Raw)))
 	return w.send(o.Raw)
@@ -308,10 +328,19 @@ func (r *Reader) Next() (Record, error) {
 	}
 	rec := Record{Kind: Kind(kind)}
 	switch rec.Kind {
-	case KindObject:
+	case KindObject, KindHashedObject:
+		var hash uint64
+		if rec.Kind == KindHashedObject {
+			var b [8]byte
+			if _, err := io.ReadFull(r.r, b[:]); err != nil {
+				return Record{}, truncated(err)
+			}
+			hash, rec.Kind = binary.LittleEndian.Uint64(b[:]), KindObject
+		}
 		if rec.Header.Object, rec.Object, err = r.object(); err != nil {
 			return Record{}, err
 		}
+		rec.Object.ContentHash = hash
 		return rec, nil
 	case KindEvent:
 		typ, err := r.chunk(maxHeader)

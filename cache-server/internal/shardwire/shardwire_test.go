@@ -35,7 +35,8 @@ func sameObject(a, b *store.Object) bool {
 		return a == nil && b == nil
 	}
 	return a.Key == b.Key && a.Namespace == b.Namespace && a.Name == b.Name && a.RV == b.RV &&
-		maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Fields, b.Fields) && bytes.Equal(a.Raw, b.Raw)
+		maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Fields, b.Fields) && bytes.Equal(a.Raw, b.Raw) &&
+		a.ContentHash == b.ContentHash
 }
 
 func describe(o *store.Object) string {
@@ -46,7 +47,7 @@ func describe(o *store.Object) string {
 	if len(raw) > 64 {
 		raw = raw[:64]
 	}
-	return fmt.Sprintf("{%q %q %q rv=%d l=%v f=%v raw(%d)=%q}", o.Key, o.Namespace, o.Name, o.RV, o.Labels, o.Fields, len(o.Raw), raw)
+	return fmt.Sprintf("{%q %q %q rv=%d l=%v f=%v raw(%d)=%q hash=%x}", o.Key, o.Namespace, o.Name, o.RV, o.Labels, o.Fields, len(o.Raw), raw, o.ContentHash)
 }
 
 // encode runs fn on a Writer and returns the bytes written.
@@ -102,14 +103,31 @@ func TestObjectRoundTrip(t *testing.T) {
 		"1 MiB raw":        testObj("ns/big", 11, big),
 		"unicode metadata": {Key: "ns/é", Namespace: "ns", Name: "é", RV: 2, Labels: map[string]string{"k": "ü\u2028"}, Raw: []byte("x")},
 	}
+	// With its content hash: sent when the front asked, else not.
+	hashed := *cases["labels and fields"]
+	hashed.ContentHash = store.HashContent(hashed.Raw)
+	cases["content hash sent"] = &hashed
+	unsent := hashed
+	cases["content hash not asked for"] = &unsent
 	for name, o := range cases {
 		t.Run(name, func(t *testing.T) {
-			rec := decodeOne(t, encode(t, func(w *Writer) error { return w.Object(o) }))
+			want := o
+			if name == "content hash not asked for" {
+				c := *o
+				c.ContentHash = 0
+				want = &c
+			}
+			rec := decodeOne(t, encode(t, func(w *Writer) error {
+				if name != "content hash not asked for" {
+					w.SendContentHashes()
+				}
+				return w.Object(o)
+			}))
 			if rec.Kind != KindObject {
 				t.Fatalf("kind %q", rec.Kind)
 			}
-			if !sameObject(rec.Object, o) {
-				t.Fatalf("got  %s\nwant %s", describe(rec.Object), describe(o))
+			if !sameObject(rec.Object, want) {
+				t.Fatalf("got  %s\nwant %s", describe(rec.Object), describe(want))
 			}
 			if rec.Prev != nil {
 				t.Fatalf("object record with a prev: %s", describe(rec.Prev))
@@ -348,6 +366,15 @@ func sampleStream(t testing.TB) (data []byte, ends []int) {
 		func() error { return w.Watermark(11, true) },
 		func() error { return w.Error(&store.ExpiredError{RV: 1, Oldest: 2}) },
 		func() error { return w.Error(apierrors.NewBadRequest("no")) },
+		// Items with their content hashes, as a front that asks gets
+		// them; one without a hash is a plain object record still.
+		func() error {
+			w.SendContentHashes()
+			o := testObj("ns/h", 12, []byte(`{"h":1}`))
+			o.ContentHash = store.HashContent(o.Raw)
+			return w.Item(o)
+		},
+		func() error { return w.Item(testObj("ns/i", 13, []byte(`{}`))) },
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
@@ -559,12 +586,13 @@ func canonical(t *testing.T, rec Record) string {
 		RV                   uint64
 		Labels, Fields       map[string]string
 		Raw                  []byte
+		ContentHash          uint64
 	}
 	conv := func(o *store.Object) *obj {
 		if o == nil {
 			return nil
 		}
-		r := &obj{Key: o.Key, Namespace: o.Namespace, Name: o.Name, RV: o.RV, Raw: o.Raw}
+		r := &obj{Key: o.Key, Namespace: o.Namespace, Name: o.Name, RV: o.RV, Raw: o.Raw, ContentHash: o.ContentHash}
 		if len(o.Labels) > 0 {
 			r.Labels = o.Labels
 		}
@@ -598,9 +626,11 @@ func canonical(t *testing.T, rec Record) string {
 	return string(rec.Kind) + string(b)
 }
 
-// reencode writes rec with the Writer.
+// reencode writes rec with the Writer (content hashes asked for: an object
+// read with one is written with it).
 func reencode(t *testing.T, rec Record) []byte {
 	return encode(t, func(w *Writer) error {
+		w.SendContentHashes()
 		switch rec.Kind {
 		case KindObject:
 			return w.Object(rec.Object)
@@ -631,6 +661,8 @@ func FuzzReader(f *testing.F) {
 	f.Add([]byte(`X` + "\x0a" + `{"e":{}}` + "\x00"))
 	f.Add([]byte(`T` + "\x1b" + `{"o":{"l":{}},"r":0,"c":""}` + "\x00"))
 	f.Add([]byte("O\x10{\"o\":{\"k\":\"\xff\"}}\x01\xff"))
+	f.Add([]byte("H\x01\x02\x03\x04\x05\x06\x07\x08\x01a\x00\x01a\x01\x00\x00\x02{}"))
+	f.Add([]byte("H\x01\x02\x03"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := NewReader(bytes.NewReader(data))
 		for i := 0; ; i++ {

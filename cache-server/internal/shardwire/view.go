@@ -16,6 +16,8 @@ type View struct {
 	Key, Namespace, Name []byte
 	RV                   uint64
 	Raw                  []byte
+	// ContentHash is the hash the shard sent (KindHashedObject), else 0.
+	ContentHash uint64
 	// size is the whole record's length in the buffer.
 	size int
 	// attrs: the record carries labels or field values.
@@ -37,7 +39,7 @@ func (r *Reader) PeekObject() (v View, ok bool, err error) {
 			return View{}, false, nil
 		}
 		b, _ := r.r.Peek(r.r.Buffered())
-		if Kind(b[0]) != KindObject {
+		if k := Kind(b[0]); k != KindObject && k != KindHashedObject {
 			return View{}, false, nil
 		}
 		v, need, err := parseObjectView(b)
@@ -71,6 +73,9 @@ var errIncomplete = errors.New("incomplete")
 // parsing can progress (the record is at least that long).
 func parseObjectView(b []byte) (v View, need int, err error) {
 	p := viewParser{b: b, off: 1}
+	if Kind(b[0]) == KindHashedObject {
+		v.ContentHash = p.fixed64()
+	}
 	v.Key = p.chunk(maxHeader)
 	v.Namespace = p.chunk(maxHeader)
 	v.Name = p.chunk(maxHeader)
@@ -112,6 +117,19 @@ func (p *viewParser) uvarint() uint64 {
 		return 0
 	}
 	p.off += n
+	return x
+}
+
+func (p *viewParser) fixed64() uint64 {
+	if p.err != nil {
+		return 0
+	}
+	if len(p.b)-p.off < 8 {
+		p.err, p.need = errIncomplete, p.off+8
+		return 0
+	}
+	x := binary.LittleEndian.Uint64(p.b[p.off:])
+	p.off += 8
 	return x
 }
 

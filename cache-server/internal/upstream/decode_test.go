@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/cachetier/cachetier/cache-server/internal/fields"
+	"github.com/cachetier/cachetier/cache-server/internal/store"
 )
 
 func TestWithTypeMeta(t *testing.T) {
@@ -35,6 +36,10 @@ func TestDecodeObject(t *testing.T) {
 	if o.Key != "ns/p" || o.RV != 42 || o.Labels["a"] != "b" || fs.Get("spec.nodeName") != "n1" ||
 		fs.Get("metadata.name") != "p" || fs.Get("metadata.namespace") != "ns" || string(o.Raw) != string(raw) {
 		t.Fatalf("decoded %+v", o)
+	}
+	// Hashed once here, for the fronts a shard sends it to.
+	if o.ContentHash == 0 || o.ContentHash != store.HashContent(raw) {
+		t.Errorf("ContentHash %x, want %x", o.ContentHash, store.HashContent(raw))
 	}
 	// name and namespace are not kept twice: the object answers them.
 	if _, ok := o.Fields["metadata.name"]; ok || len(o.Fields) != 8 {

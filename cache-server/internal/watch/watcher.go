@@ -139,12 +139,12 @@ func (w *Watcher) Initial(fn func(*store.Object) bool) error {
 	return w.initial(false, fn)
 }
 
-// InitialRaw is Initial for a caller that needs each object's bytes only
-// during the call (a fleet's front writing them to a stream): the hub's
-// store may then hand them out without copying them
-// (store.ListRequest.Transient).
-func (w *Watcher) InitialRaw(fn func(raw []byte) bool) error {
-	return w.initial(true, func(o *store.Object) bool { return fn(o.Raw) })
+// InitialRaw is Initial for a caller that needs each object's bytes (and
+// content hash, store.Object.ContentHash) only during the call (a fleet's
+// front writing them to a stream): the hub's store may then hand them out
+// without copying them (store.ListRequest.Transient).
+func (w *Watcher) InitialRaw(fn func(raw []byte, contentHash uint64) bool) error {
+	return w.initial(true, func(o *store.Object) bool { return fn(o.Raw, o.ContentHash) })
 }
 
 func (w *Watcher) initial(transient bool, fn func(*store.Object) bool) error {
