@@ -172,6 +172,10 @@ func newBenchTierOf(tb testing.TB, objs [][]byte, br benchResource, withFields, 
 		Resource: res, Host: hs.URL, Client: hs.Client(), Store: st, Metrics: m, Log: logr.Discard(),
 		// As standalone wires it: the fields package computes the set.
 		Fields: fieldsOf,
+		// As a shard's: the fleet-shaped servers over this store
+		// (localStreamer, copyingStreamer) hand items over with the
+		// hashes shards send; the standalone paths do not read them.
+		ContentHashes: true,
 	}
 	var hub *watch.Hub
 	if withHub {

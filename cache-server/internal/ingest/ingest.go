@@ -32,9 +32,12 @@ type Config struct {
 	// Upstream is the apiserver the tier caches.
 	Upstream *rest.Config
 	// Owns restricts the stores to some keys (upstream.Options.Owns).
-	Owns    func(key string) bool
-	Metrics *metrics.Metrics
-	Log     logr.Logger
+	Owns func(key string) bool
+	// ContentHashes: stored objects carry their content hash
+	// (upstream.Options.ContentHashes), for a shard's fronts.
+	ContentHashes bool
+	Metrics       *metrics.Metrics
+	Log           logr.Logger
 }
 
 // Resource is one cached resource's pipeline.
@@ -100,6 +103,7 @@ func Start(ctx context.Context, cfg Config) (*Result, error) {
 			OnInitialLoad: released.Loaded,
 			Namespaces:    namespaceFilter(e, namespaces),
 			Owns:          cfg.Owns,
+			ContentHashes: cfg.ContentHashes,
 		})
 		cfg.Metrics.InitResource(e.Resource.String())
 		go ing.Run(ctx)

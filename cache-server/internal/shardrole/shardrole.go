@@ -62,6 +62,8 @@ func Run(ctx context.Context, cfg Config) error {
 			h := keyhash.Shard(key, total)
 			return h >= cfg.First && h <= cfg.Last
 		},
+		// Sent with every list item to the fronts (shardwire.ParamContentHash).
+		ContentHashes: true,
 	})
 	if err != nil {
 		return err

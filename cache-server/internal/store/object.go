@@ -39,8 +39,8 @@ type Object struct {
 	// later requests by it (package gzipchunks).
 	Seq uint64
 	// ContentHash is HashContent(Raw) when whoever built the object
-	// computed it (ingestion does, once per change; a front reading a
-	// shard that sent it), else 0. A fleet's front keys the compressed
+	// computed it (a shard's ingestion does, once per change; a front
+	// reading a shard that sent it), else 0. A fleet's front keys the compressed
 	// chunks it keeps by its items' content (gzipchunks.Stream); with the
 	// hash sent along by the shards it does not hash every item's bytes
 	// again on every LIST, which was 12–14% of a front's CPU under a

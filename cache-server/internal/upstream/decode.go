@@ -45,9 +45,6 @@ func DecodeObject(raw []byte, fieldsOf FieldsFunc) (*store.Object, error) {
 		RV:        rv,
 		Labels:    m.Metadata.Labels,
 		Raw:       raw,
-		// Once per change here, instead of once per LIST at every
-		// front that reads it from a shard (store.Object.ContentHash).
-		ContentHash: store.HashContent(raw),
 	}
 	var values map[string]string
 	if fieldsOf != nil {

@@ -37,9 +37,9 @@ func TestDecodeObject(t *testing.T) {
 		fs.Get("metadata.name") != "p" || fs.Get("metadata.namespace") != "ns" || string(o.Raw) != string(raw) {
 		t.Fatalf("decoded %+v", o)
 	}
-	// Hashed once here, for the fronts a shard sends it to.
-	if o.ContentHash == 0 || o.ContentHash != store.HashContent(raw) {
-		t.Errorf("ContentHash %x, want %x", o.ContentHash, store.HashContent(raw))
+	// Hashed by a shard's ingester only (TestDecodeContentHashes).
+	if o.ContentHash != 0 {
+		t.Errorf("ContentHash %x, want none", o.ContentHash)
 	}
 	// name and namespace are not kept twice: the object answers them.
 	if _, ok := o.Fields["metadata.name"]; ok || len(o.Fields) != 8 {
@@ -54,6 +54,29 @@ func TestDecodeObject(t *testing.T) {
 
 // Namespace and Name share Key's bytes; cluster-scoped objects have Key ==
 // Name.
+// A shard's ingester stores each object with its content hash, for its
+// fronts; other ingesters do not hash. Objects of keys the shard does not
+// own are not decoded, so not hashed either.
+func TestDecodeContentHashes(t *testing.T) {
+	raw := []byte(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7"}}`)
+	for _, c := range []struct {
+		opts Options
+		want uint64
+	}{
+		{Options{}, 0},
+		{Options{ContentHashes: true}, store.HashContent(raw)},
+		{Options{ContentHashes: true, Owns: func(string) bool { return false }}, 0},
+	} {
+		o, err := (&Ingester{opts: c.opts}).decode(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.ContentHash != c.want || o.RV != 7 {
+			t.Errorf("hashes %v, owns nothing %v: ContentHash %x RV %d, want %x and 7", c.opts.ContentHashes, c.opts.Owns != nil, o.ContentHash, o.RV, c.want)
+		}
+	}
+}
+
 func TestDecodeObjectNames(t *testing.T) {
 	for _, c := range []struct{ raw, key, ns, name string }{
 		{`{"metadata":{"name":"p","namespace":"ns","resourceVersion":"1"}}`, "ns/p", "ns", "p"},

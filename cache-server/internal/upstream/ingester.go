@@ -58,6 +58,11 @@ type Options struct {
 	// advance the applied RV, as progress: every shard sees every upstream
 	// RV, which is what lets the front read all shards at one RV.
 	Owns func(key string) bool
+	// ContentHashes sets each stored object's ContentHash: once per
+	// change here, instead of once per LIST at every front that reads it
+	// from this shard. Only shards send it; a standalone tier would hash
+	// every change for nothing.
+	ContentHashes bool
 }
 
 // Ingester keeps a store in sync with one upstream resource.
@@ -342,7 +347,11 @@ func (in *Ingester) decode(raw []byte) (*store.Object, error) {
 			}
 		}
 	}
-	return DecodeObject(bytes.Clone(raw), in.opts.Fields)
+	o, err := DecodeObject(bytes.Clone(raw), in.opts.Fields)
+	if err == nil && in.opts.ContentHashes {
+		o.ContentHash = store.HashContent(o.Raw)
+	}
+	return o, err
 }
 
 // withTypeMeta gives a LIST item the kind and apiVersion that watch events
