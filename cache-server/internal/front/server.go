@@ -98,7 +98,7 @@ type resource struct {
 	// JSON LISTs (nil: not kept). A LocalSource's objects are known by
 	// their Seqs, states of objects of one Store (store.Object.Seq); a
 	// fleet front's, which come from shards, by their content
-	// (chunksByContent, gzipchunks.ContentSeq).
+	// (chunksByContent, store.HashContent).
 	gzipChunks *gzipchunks.Scope
 	// watchListChunks keeps, under the same rule and budget, the
 	// compressed chunks of gzipped JSON watch-lists' initial events

@@ -11,10 +11,15 @@ import (
 // LISTs (hack/bench -mode flood -profile-dir: 60% of the front's samples
 // in the level-1 compressor), for the same unchanged objects every time.
 //
-// Such an item's Seq is its content's (ContentSeq): the same object state
-// has the same bytes wherever and whenever a shard sends it, so chunks cut
-// and kept by content repeat across LISTs as Store-Seq chunks do. A
-// Stream holds the items of the chunk being assembled (copied: at most
+// Such an item's Seq is its content hash (store.HashContent: a 64-bit
+// xxhash, never 0, which a shard computes once per change and sends along
+// as the item's ContentHash): the same object state has the same bytes
+// wherever and whenever a shard sends it, so chunks cut and kept by
+// content repeat across LISTs as Store-Seq chunks do. A chunk's entry
+// compares every item's Seq before it is used, so a wrong reuse needs two
+// different items of the same resource, in the same place of the same
+// range, with the same 64-bit hash: odds of 2^-64 per lookup. A Stream
+// holds the items of the chunk being assembled (copied: at most
 // maxChunkBytes plus one item) and writes the chunk, from the cache or
 // compressed, once an item ends it.
 //
@@ -23,16 +28,8 @@ import (
 // either its own Store or the shards — so a Store Seq can never be taken
 // for a content hash.
 
-// ContentSeq is the Seq of an item known by its bytes only: a 64-bit
-// xxhash of them (store.HashContent, which a shard sends along as the
-// item's ContentHash), never 0 (0 marks an object without a Seq). A chunk's
-// entry compares every item's Seq before it is used, so a wrong reuse
-// needs two different items of the same resource, in the same place of the
-// same range, with the same 64-bit hash: odds of 2^-64 per lookup.
-func ContentSeq(raw []byte) uint64 { return store.HashContent(raw) }
-
 // Stream writes a body's items, given one at a time, in chunks cut and
-// kept by content (ContentSeq). It belongs to its Writer, whose Close
+// kept by content (store.HashContent). It belongs to its Writer, whose Close
 // writes what it holds and releases it.
 type Stream struct {
 	w     *Writer
@@ -64,7 +61,7 @@ func (w *Writer) Stream(write func(dst ItemWriter, o *store.Object), after bool)
 
 // Add copies one item into the chunk being assembled and writes the chunk
 // if the item ends it (chunkEnd's rule: a boundary Seq or maxChunkBytes).
-// seq is ContentSeq(raw) when the caller has it (the item's ContentHash,
+// seq is store.HashContent(raw) when the caller has it (the item's ContentHash,
 // sent by its shard), else 0 and Add hashes raw. It returns the body's
 // first write error (a client gone): the caller should stop reading.
 func (s *Stream) Add(raw []byte, seq uint64) error {
@@ -72,7 +69,7 @@ func (s *Stream) Add(raw []byte, seq uint64) error {
 		return s.w.out.err
 	}
 	if seq == 0 {
-		seq = ContentSeq(raw)
+		seq = store.HashContent(raw)
 	}
 	s.buf = append(s.buf, raw...)
 	s.ends = append(s.ends, len(s.buf))

@@ -54,9 +54,7 @@ func TestListStoreIndexParameters(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, limit := range []uint64{0, 5} {
-			var buf bytes.Buffer
-			out := shardwire.NewWriter(&buf)
-			err = ListStore(out, st, q, 1, limit)
+			items, _, err := listStore(t, st, q, limit)
 			if c.items < 0 {
 				if !apierrors.IsBadRequest(err) {
 					t.Errorf("%s limit %d: %v, want a 400", c.query, limit, err)
@@ -66,23 +64,36 @@ func TestListStoreIndexParameters(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", c.query, err)
 			}
-			_ = out.Flush()
-			r := shardwire.NewReader(&buf)
-			n := 0
-			for {
-				rec, err := r.Next()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if rec.Kind == shardwire.KindEnd {
-					break
-				}
-				n++
-			}
-			if n != c.items {
-				t.Errorf("%s limit %d: %d items, want %d", c.query, limit, n, c.items)
+			if len(items) != c.items {
+				t.Errorf("%s limit %d: %d items, want %d", c.query, limit, len(items), c.items)
 			}
 		}
+	}
+}
+
+// listStore runs ListStore at RV 1 and reads back what it wrote: the
+// items up to the end record, and the kind of the first record.
+func listStore(t *testing.T, st *store.Store, q url.Values, limit uint64) (items []*store.Object, first shardwire.Kind, err error) {
+	t.Helper()
+	var buf bytes.Buffer
+	out := shardwire.NewWriter(&buf)
+	if err := ListStore(out, st, q, 1, limit); err != nil {
+		return nil, 0, err
+	}
+	_ = out.Flush()
+	if buf.Len() > 0 {
+		first = shardwire.Kind(buf.Bytes()[0])
+	}
+	r := shardwire.NewReader(&buf)
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Kind == shardwire.KindEnd {
+			return items, first, nil
+		}
+		items = append(items, rec.Object)
 	}
 }
 
@@ -117,34 +128,22 @@ func TestListStoreContentHashes(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, limit := range []uint64{0, 2} {
-			var buf bytes.Buffer
-			out := shardwire.NewWriter(&buf)
-			if err := ListStore(out, st, q, 1, limit); err != nil {
+			items, first, err := listStore(t, st, q, limit)
+			if err != nil {
 				t.Fatalf("%s: %v", c.query, err)
 			}
-			_ = out.Flush()
-			raw := buf.Bytes()
-			r := shardwire.NewReader(&buf)
-			n := 0
-			for {
-				rec, err := r.Next()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if rec.Kind == shardwire.KindEnd {
-					break
-				}
-				n++
-				want := uint64(0)
-				if c.hashed {
-					want = store.HashContent(rec.Object.Raw)
-				}
-				if rec.Object.ContentHash != want {
-					t.Errorf("%q limit %d: %s with content hash %x, want %x", c.query, limit, rec.Object.Key, rec.Object.ContentHash, want)
-				}
+			want := map[bool]shardwire.Kind{true: shardwire.KindHashedObject, false: shardwire.KindObject}[c.hashed]
+			if len(items) == 0 || first != want {
+				t.Errorf("%q limit %d: %d items, first record kind %q, want %q", c.query, limit, len(items), first, want)
 			}
-			if n == 0 || raw[0] != map[bool]byte{true: byte(shardwire.KindHashedObject), false: byte(shardwire.KindObject)}[c.hashed] {
-				t.Errorf("%q limit %d: %d items, first record kind %q", c.query, limit, n, raw[0])
+			for _, o := range items {
+				hash := uint64(0)
+				if c.hashed {
+					hash = store.HashContent(o.Raw)
+				}
+				if o.ContentHash != hash {
+					t.Errorf("%q limit %d: %s with content hash %x, want %x", c.query, limit, o.Key, o.ContentHash, hash)
+				}
 			}
 		}
 	}
