@@ -52,6 +52,7 @@ type floodOptions struct {
 	servers            string
 	clientSpec         string
 	clientPriority     string
+	serverCPUs         string
 }
 
 func floodFlags() *floodOptions {
@@ -66,6 +67,7 @@ func floodFlags() *floodOptions {
 	flag.IntVar(&f.pods, "flood-pods", 10000, "flood: Pods, spread over -flood-nodes nodes")
 	flag.IntVar(&f.nodes, "flood-nodes", 200, "flood: nodes the Pods are bound to")
 	flag.StringVar(&f.clientPriority, "flood-client-priority", "idle", "flood: the flooder process's CPU scheduling: idle (SCHED_IDLE, as if it ran on a machine of its own; floodclient.go) or normal")
+	flag.StringVar(&f.serverCPUs, "flood-server-cpus", "", "flood: CPUs (a list such as 0 or 0-1) the server's processes run on while it is measured, every other process the bench started on the rest (cpuplace.go); empty: all share every CPU")
 	flag.StringVar(&f.clientSpec, "flood-client-spec", "", "flood: internal, the spec of a flooder process (-mode flood-client, started by -mode flood)")
 	flag.StringVar(&f.servers, "flood-servers", strings.Join(floodServerKeys, ","), "flood: the servers flooded, in order (comma-separated, of "+strings.Join(floodServerKeys, ", ")+")")
 	return &f
@@ -362,6 +364,10 @@ func runFlood(ctx context.Context, o options, f *floodOptions) error {
 	if f.clientPriority != "idle" && f.clientPriority != "normal" {
 		return fmt.Errorf("-flood-client-priority: %q is neither idle nor normal", f.clientPriority)
 	}
+	placement, err := newCPUPlacement(f.serverCPUs)
+	if err != nil {
+		return err
+	}
 	env, err := startEnv(ctx, &o)
 	if err != nil {
 		return err
@@ -411,37 +417,63 @@ func runFlood(ctx context.Context, o options, f *floodOptions) error {
 	for _, k := range keys {
 		servers = append(servers, byKey[k])
 	}
+	if placement != nil {
+		fmt.Printf("placement: %s\n", placement)
+	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "server\tphase\tnode LIST p50 ms\tp99 ms\tp99 / unloaded\tworkload GET p50 ms\tp99 ms\tp99 / unloaded\tvictims' failures\tflooder 200\t429\t429 share\t429 with Retry-After\t5xx (all)\tdropped (all)\tpeak RSS MiB\tCPU cores\ttier handler p99 ms\tserver run-queue wait ms/s\tbench run-queue wait ms/s\t")
 	for _, s := range servers {
-		var base *floodPhase
-		for _, phase := range []string{"", "lists", "watchlists"} {
-			d := f.duration
-			if phase == "" && f.unloaded > 0 {
-				// The unloaded phase lasts as long as a flood by
-				// default: a p99 of the node's 1 LIST a second is
-				// nearly the slowest of the phase's samples, and the
-				// slowest of 20 is lower than the slowest of 60 drawn
-				// from the same latencies, which made every
-				// "p99 / unloaded" of a 20 s baseline read high.
-				d = f.unloaded
-			}
-			fmt.Fprintf(os.Stderr, "bench: %s: %s for %s\n", s.name, map[string]string{"": "unloaded", "lists": "LIST flood", "watchlists": "watch-list flood"}[phase], d)
-			profiled := profileFloodPhase(s, phase, o.profileDir, d)
-			ph, err := runFloodPhase(s, ids, f, phase, d)
-			if perr := profiled(); err == nil {
-				err = perr
-			}
-			if err != nil {
-				return err
-			}
-			if base == nil {
-				base = ph
-			}
-			writeFloodRow(tw, s.name, ph, base)
+		if err := runFloodServer(tw, s, ids, f, o, placement); err != nil {
+			return err
 		}
 	}
 	return tw.Flush()
+}
+
+// runFloodServer measures one server: unloaded, then under each flood,
+// with placement (when set) holding it on CPUs of its own.
+func runFloodServer(tw io.Writer, s floodServer, ids floodIdentities, f *floodOptions, o options, placement *cpuPlacement) error {
+	if placement != nil {
+		if err := placement.place(s.pids); err != nil {
+			return err
+		}
+		defer func() {
+			if err := placement.release(); err != nil {
+				fmt.Fprintln(os.Stderr, "bench:", err)
+			}
+		}()
+		fmt.Fprintf(os.Stderr, "bench: %s: %s\n", s.name, placement)
+		// The Go processes' GOMAXPROCS follows their CPUs within a second
+		// or so; the phases measure the placed servers.
+		time.Sleep(3 * time.Second)
+	}
+	var base *floodPhase
+	for _, phase := range []string{"", "lists", "watchlists"} {
+		d := f.duration
+		if phase == "" && f.unloaded > 0 {
+			// The unloaded phase lasts as long as a flood by
+			// default: a p99 of the node's 1 LIST a second is
+			// nearly the slowest of the phase's samples, and the
+			// slowest of 20 is lower than the slowest of 60 drawn
+			// from the same latencies, which made every
+			// "p99 / unloaded" of a 20 s baseline read high.
+			d = f.unloaded
+		}
+		fmt.Fprintf(os.Stderr, "bench: %s: %s for %s\n", s.name, map[string]string{"": "unloaded", "lists": "LIST flood", "watchlists": "watch-list flood"}[phase], d)
+		profiled := profileFloodPhase(s, phase, o.profileDir, d)
+		ph, err := runFloodPhase(s, ids, f, phase, d)
+		if perr := profiled(); err == nil {
+			err = perr
+		}
+		if err != nil {
+			return err
+		}
+		if base == nil {
+			base = ph
+		}
+		writeFloodRow(tw, s.name, ph, base)
+	}
+	return nil
 }
 
 func writeFloodRow(w io.Writer, server string, ph, base *floodPhase) {

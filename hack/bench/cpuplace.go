@@ -1,0 +1,187 @@
+package main
+
+// -flood-server-cpus: the server under a flood on CPUs of its own, as on a
+// cluster, where the flooder's client, the victims' clients and the
+// control plane run on other machines and each pod has its own CPU. On
+// this machine every process shares the same two cores, so without it a
+// victim's latency under a flood is also the flooder's client's and the
+// control plane's CPU (docs/benchmarks.md, "Floods": the scheduler traces).
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// cpuPlacement puts the server's processes on the server CPUs and every
+// other process the bench started (the bench itself with the victims'
+// clients, the flooder's client, the control plane and the tiers that are
+// not under test) on the rest.
+type cpuPlacement struct {
+	server, rest, all unix.CPUSet
+}
+
+// newCPUPlacement parses -flood-server-cpus (a CPU list: "0", "0-1",
+// "0,2"); nil for "". The server CPUs must be some, not all, of the CPUs
+// the bench may run on.
+func newCPUPlacement(list string) (*cpuPlacement, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var p cpuPlacement
+	if err := unix.SchedGetaffinity(0, &p.all); err != nil {
+		return nil, fmt.Errorf("-flood-server-cpus: reading the bench's CPUs: %w", err)
+	}
+	server, err := parseCPUList(list)
+	if err != nil {
+		return nil, fmt.Errorf("-flood-server-cpus: %w", err)
+	}
+	for cpu := range 1024 {
+		switch {
+		case !server.IsSet(cpu):
+			if p.all.IsSet(cpu) {
+				p.rest.Set(cpu)
+			}
+		case !p.all.IsSet(cpu):
+			return nil, fmt.Errorf("-flood-server-cpus: CPU %d is not one the bench may run on", cpu)
+		default:
+			p.server.Set(cpu)
+		}
+	}
+	if p.rest.Count() == 0 {
+		return nil, fmt.Errorf("-flood-server-cpus: %q leaves no CPU for the clients and the control plane", list)
+	}
+	return &p, nil
+}
+
+// parseCPUList parses the kernel's CPU list format ("0-2,5").
+func parseCPUList(list string) (unix.CPUSet, error) {
+	var set unix.CPUSet
+	for part := range strings.SplitSeq(list, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		first, err := strconv.Atoi(lo)
+		last := first
+		if err == nil && isRange {
+			last, err = strconv.Atoi(hi)
+		}
+		if err != nil || first < 0 || last < first || last >= 1024 {
+			return set, fmt.Errorf("%q is not a CPU list such as 0 or 0-1,3", list)
+		}
+		for cpu := first; cpu <= last; cpu++ {
+			set.Set(cpu)
+		}
+	}
+	return set, nil
+}
+
+// String is how the report names the placement.
+func (p *cpuPlacement) String() string {
+	return fmt.Sprintf("the server on CPUs %s; the bench, its clients and the rest of the control plane on CPUs %s", cpuList(&p.server), cpuList(&p.rest))
+}
+
+func cpuList(set *unix.CPUSet) string {
+	var cpus []string
+	for cpu := range 1024 {
+		if set.IsSet(cpu) {
+			cpus = append(cpus, strconv.Itoa(cpu))
+		}
+	}
+	return strings.Join(cpus, ",")
+}
+
+// place pins every process the bench started to the rest, then the
+// server's to the server CPUs. A Go process notices (GOMAXPROCS follows
+// its CPUs since Go 1.25), so a server of one CPU runs one P, as in a pod
+// with that CPU.
+func (p *cpuPlacement) place(serverPIDs []int) error {
+	for _, pid := range append([]int{os.Getpid()}, descendants(os.Getpid())...) {
+		if err := pinProcess(pid, &p.rest); err != nil {
+			return err
+		}
+	}
+	for _, pid := range serverPIDs {
+		if err := pinProcess(pid, &p.server); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// release gives every process the bench started all its CPUs back.
+func (p *cpuPlacement) release() error {
+	for _, pid := range append([]int{os.Getpid()}, descendants(os.Getpid())...) {
+		if err := pinProcess(pid, &p.all); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pinProcess sets the CPUs of every thread of pid. A thread inherits its
+// creator's CPUs, so once every thread is set the new ones are too; the
+// threads are listed again until a pass finds none it had not set. A
+// process or thread that ended meanwhile is no error.
+func pinProcess(pid int, set *unix.CPUSet) error {
+	done := map[int]bool{}
+	for {
+		tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if os.IsNotExist(err) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		fresh := 0
+		for _, t := range tids {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil || done[tid] {
+				continue
+			}
+			done[tid] = true
+			fresh++
+			if err := unix.SchedSetaffinity(tid, set); err != nil && err != unix.ESRCH {
+				return fmt.Errorf("setting the CPUs of thread %d of process %d: %w", tid, pid, err)
+			}
+		}
+		if fresh == 0 {
+			return nil
+		}
+	}
+}
+
+// descendants are the processes below root, read from /proc.
+func descendants(root int) []int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	children := map[int][]int{}
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		end := strings.LastIndexByte(string(b), ')')
+		if end < 0 {
+			continue
+		}
+		fields := strings.Fields(string(b[end+1:]))
+		if len(fields) < 2 {
+			continue
+		}
+		pid, err1 := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+		ppid, err2 := strconv.Atoi(fields[1])
+		if err1 == nil && err2 == nil {
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	var out []int
+	queue := children[root]
+	for len(queue) > 0 {
+		pid := queue[0]
+		out = append(out, pid)
+		queue = append(queue[1:], children[pid]...)
+	}
+	return out
+}
