@@ -10,11 +10,12 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cachetier/cachetier/hack/proctree"
 )
 
 // cpuPlacement puts the server's processes on the server CPUs and every
@@ -98,10 +99,8 @@ func cpuList(set *unix.CPUSet) string {
 // its CPUs since Go 1.25), so a server of one CPU runs one P, as in a pod
 // with that CPU.
 func (p *cpuPlacement) place(serverPIDs []int) error {
-	for _, pid := range append([]int{os.Getpid()}, descendants(os.Getpid())...) {
-		if err := pinProcess(pid, &p.rest); err != nil {
-			return err
-		}
+	if err := pinBench(&p.rest); err != nil {
+		return err
 	}
 	for _, pid := range serverPIDs {
 		if err := pinProcess(pid, &p.server); err != nil {
@@ -112,9 +111,12 @@ func (p *cpuPlacement) place(serverPIDs []int) error {
 }
 
 // release gives every process the bench started all its CPUs back.
-func (p *cpuPlacement) release() error {
-	for _, pid := range append([]int{os.Getpid()}, descendants(os.Getpid())...) {
-		if err := pinProcess(pid, &p.all); err != nil {
+func (p *cpuPlacement) release() error { return pinBench(&p.all) }
+
+// pinBench sets the CPUs of the bench and of every process below it.
+func pinBench(set *unix.CPUSet) error {
+	for _, pid := range proctree.Read().Tree(os.Getpid()) {
+		if err := pinProcess(pid, set); err != nil {
 			return err
 		}
 	}
@@ -150,38 +152,4 @@ func pinProcess(pid int, set *unix.CPUSet) error {
 			return nil
 		}
 	}
-}
-
-// descendants are the processes below root, read from /proc.
-func descendants(root int) []int {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	children := map[int][]int{}
-	for _, f := range stats {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
-		end := strings.LastIndexByte(string(b), ')')
-		if end < 0 {
-			continue
-		}
-		fields := strings.Fields(string(b[end+1:]))
-		if len(fields) < 2 {
-			continue
-		}
-		pid, err1 := strconv.Atoi(filepath.Base(filepath.Dir(f)))
-		ppid, err2 := strconv.Atoi(fields[1])
-		if err1 == nil && err2 == nil {
-			children[ppid] = append(children[ppid], pid)
-		}
-	}
-	var out []int
-	queue := children[root]
-	for len(queue) > 0 {
-		pid := queue[0]
-		out = append(out, pid)
-		queue = append(queue[1:], children[pid]...)
-	}
-	return out
 }

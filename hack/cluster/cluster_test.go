@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/cachetier/cachetier/hack/imagebuild"
+	"github.com/cachetier/cachetier/hack/proctree"
 )
 
 type testLog struct{ t *testing.T }
@@ -169,9 +170,9 @@ func TestNodeCluster(t *testing.T) {
 		if err := c.StopNode(ctx, n.Name); err != nil {
 			t.Fatal(err)
 		}
-		for pid, p := range processTable() {
-			if strings.Contains(p.cmdline, n.Layout.Dir+"/") {
-				t.Errorf("process %d of the stopped node still runs: %s", pid, p.cmdline)
+		for pid, p := range proctree.Read() {
+			if strings.Contains(p.Cmdline, n.Layout.Dir+"/") {
+				t.Errorf("process %d of the stopped node still runs: %s", pid, p.Cmdline)
 			}
 		}
 		// Silent: nothing answers, not even with a refusal.

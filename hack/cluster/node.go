@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cachetier/cachetier/hack/controlplane"
+	"github.com/cachetier/cachetier/hack/proctree"
 )
 
 // Node is one node of a cluster: containerd, the kubelet and kube-proxy in
@@ -258,12 +259,12 @@ func (c *Cluster) StartNode(ctx context.Context, name string) error {
 // every container process), read from /proc. Resident pages shared between
 // processes count once per process, so the sum is an upper bound.
 func (n *Node) Memory() map[string]uint64 {
-	procs := processTable()
+	procs := proctree.Read()
 	out := map[string]uint64{}
 	for _, pid := range processesUsing(procs, n.Layout.Dir) {
 		part := "pods"
 		for _, comp := range []string{procKubelet, procKubeProxy, procContainerd} {
-			if p := procs[pid]; strings.Contains(p.cmdline, "/"+comp+" ") || strings.HasPrefix(p.cmdline, comp+" ") {
+			if p := procs[pid]; strings.Contains(p.Cmdline, "/"+comp+" ") || strings.HasPrefix(p.Cmdline, comp+" ") {
 				part = comp
 			}
 		}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cachetier/cachetier/hack/proctree"
 )
 
 // Stop tears the cluster down in the order that leaves nothing behind:
@@ -116,7 +117,7 @@ func cleanupLocal(ctx context.Context, a Addresses, dir string) error {
 // socket) and everything those processes started (the containers, which the
 // shims reparent to themselves), children first.
 func killProcessesUsing(dir string) error {
-	procs := processTable()
+	procs := proctree.Read()
 	order := processesUsing(procs, dir)
 	if len(order) == 0 {
 		return nil
@@ -126,14 +127,14 @@ func killProcessesUsing(dir string) error {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, pid := range order {
-		for processAlive(pid) && time.Now().Before(deadline) {
+		for proctree.Alive(pid) && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	var alive []string
 	for _, pid := range order {
-		if processAlive(pid) {
-			alive = append(alive, fmt.Sprintf("%d (%s)", pid, procs[pid].cmdline))
+		if proctree.Alive(pid) {
+			alive = append(alive, fmt.Sprintf("%d (%s)", pid, procs[pid].Cmdline))
 		}
 	}
 	if len(alive) > 0 {
@@ -144,79 +145,18 @@ func killProcessesUsing(dir string) error {
 
 // processesUsing lists the processes whose command line names dir and
 // every process they started, children before parents.
-func processesUsing(procs map[int]procInfo, dir string) []int {
+func processesUsing(procs proctree.Table, dir string) []int {
 	if dir == "" {
 		return nil
 	}
 	needle := strings.TrimRight(dir, "/") + "/"
 	var roots []int
 	for pid, p := range procs {
-		if pid != os.Getpid() && strings.Contains(p.cmdline, needle) {
+		if pid != os.Getpid() && strings.Contains(p.Cmdline, needle) {
 			roots = append(roots, pid)
 		}
 	}
-	children := map[int][]int{}
-	for pid, p := range procs {
-		children[p.ppid] = append(children[p.ppid], pid)
-	}
-	var order []int // descendants before ancestors
-	seen := map[int]bool{}
-	var visit func(int)
-	visit = func(pid int) {
-		if seen[pid] {
-			return
-		}
-		seen[pid] = true
-		for _, ch := range children[pid] {
-			visit(ch)
-		}
-		order = append(order, pid)
-	}
-	for _, r := range roots {
-		visit(r)
-	}
-	return order
-}
-
-type procInfo struct {
-	ppid    int
-	cmdline string
-}
-
-func processTable() map[int]procInfo {
-	out := map[int]procInfo{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// The command name in parentheses may hold spaces: fields start
-		// after its closing parenthesis.
-		rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
-		f := strings.Fields(rest)
-		if len(f) < 2 || f[0] == "Z" {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		out[pid] = procInfo{ppid: ppid, cmdline: strings.ReplaceAll(string(cmd), "\x00", " ")}
-	}
-	return out
-}
-
-func processAlive(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
-	f := strings.Fields(rest)
-	return len(f) > 0 && f[0] != "Z"
+	return procs.Tree(roots...)
 }
 
 // mountsUnder lists mount points at or below dir, deepest first.
@@ -320,9 +260,9 @@ func (c *Cluster) Leftovers(ctx context.Context) []string {
 	var out []string
 	dir := c.Dir
 	needle := strings.TrimRight(dir, "/") + "/"
-	for pid, p := range processTable() {
-		if pid != os.Getpid() && dir != "" && strings.Contains(p.cmdline, needle) {
-			out = append(out, fmt.Sprintf("process %d: %s", pid, p.cmdline))
+	for pid, p := range proctree.Read() {
+		if pid != os.Getpid() && dir != "" && strings.Contains(p.Cmdline, needle) {
+			out = append(out, fmt.Sprintf("process %d: %s", pid, p.Cmdline))
 		}
 	}
 	for _, mp := range mountsUnder(dir) {
