@@ -52,8 +52,6 @@ func TestDecodeObject(t *testing.T) {
 	}
 }
 
-// Namespace and Name share Key's bytes; cluster-scoped objects have Key ==
-// Name.
 // A shard's ingester stores each object with its content hash, for its
 // fronts; other ingesters do not hash. Objects of keys the shard does not
 // own are not decoded, so not hashed either.
@@ -77,6 +75,8 @@ func TestDecodeContentHashes(t *testing.T) {
 	}
 }
 
+// Namespace and Name share Key's bytes; cluster-scoped objects have Key ==
+// Name.
 func TestDecodeObjectNames(t *testing.T) {
 	for _, c := range []struct{ raw, key, ns, name string }{
 		{`{"metadata":{"name":"p","namespace":"ns","resourceVersion":"1"}}`, "ns/p", "ns", "p"},
