@@ -35,8 +35,20 @@ type frameReader struct {
 	buf []byte
 }
 
-func newFrameReader(r io.Reader) *frameReader {
-	return &frameReader{r: bufio.NewReaderSize(r, 64<<10)}
+// Read buffer sizes: a watch that carries the resource's events reads
+// 64 KiB at a time; the RV fetch's stream holds a bookmark (and at most
+// one small object), and runs once per consistent read that is not
+// coalesced with another: at 64 KiB each it was an eighth of the bytes a
+// standalone tier allocated under a flood of consistent LISTs (~150 per
+// second, docs/benchmarks.md "Floods"), and each of them brings the next
+// collection closer.
+const (
+	streamBuffer      = 64 << 10
+	shortStreamBuffer = 4 << 10
+)
+
+func newFrameReader(r io.Reader, size int) *frameReader {
+	return &frameReader{r: bufio.NewReaderSize(r, size)}
 }
 
 // next returns the next frame: a view into a buffer that the following

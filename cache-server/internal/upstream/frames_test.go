@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -24,8 +25,14 @@ func jsonFrames(data []byte) ([]json.RawMessage, error) {
 	}
 }
 
+// readFrames reads with the RV fetch's small buffer, which frames cross
+// more often; TestFrameReaderMatchesDecoder also reads with the large one.
 func readFrames(r io.Reader) ([][]byte, error) {
-	f := newFrameReader(r)
+	return readFramesSized(r, shortStreamBuffer)
+}
+
+func readFramesSized(r io.Reader, size int) ([][]byte, error) {
+	f := newFrameReader(r, size)
 	var out [][]byte
 	for {
 		b, err := f.next()
@@ -60,17 +67,24 @@ func TestFrameReaderMatchesDecoder(t *testing.T) {
 		"bytes":  func() io.Reader { return iotest.OneByteReader(bytes.NewReader(data)) },
 		"halves": func() io.Reader { return iotest.HalfReader(bytes.NewReader(data)) },
 	} {
-		got, err := readFrames(r())
-		if err != io.EOF {
-			t.Fatalf("%s: %v", name, err)
+		for _, size := range []int{streamBuffer, shortStreamBuffer} {
+			checkFrames(t, fmt.Sprintf("%s, %d B buffer", name, size), r(), size, want)
 		}
-		if len(got) != len(want) {
-			t.Fatalf("%s: %d frames, want %d", name, len(got), len(want))
-		}
-		for i := range want {
-			if !bytes.Equal(got[i], want[i]) {
-				t.Fatalf("%s: frame %d:\n got  %.200q\n want %.200q", name, i, got[i], want[i])
-			}
+	}
+}
+
+func checkFrames(t *testing.T, name string, r io.Reader, size int, want []json.RawMessage) {
+	t.Helper()
+	got, err := readFramesSized(r, size)
+	if err != io.EOF {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d frames, want %d", name, len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("%s: frame %d:\n got  %.200q\n want %.200q", name, i, got[i], want[i])
 		}
 	}
 }

@@ -122,7 +122,7 @@ func (in *Ingester) fetchRVByWatchList(ctx context.Context, u string) (uint64, e
 	if err != nil {
 		return 0, err
 	}
-	s := newEventStream(resp.Body)
+	s := newEventStream(resp.Body, shortStreamBuffer)
 	defer s.Close()
 	for {
 		ev, err := s.next()

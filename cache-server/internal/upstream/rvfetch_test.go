@@ -142,7 +142,7 @@ func TestRealAPIServer(t *testing.T) {
 		if resp.Uncompressed || resp.Header.Get("Content-Encoding") != "" {
 			t.Errorf("the tier's watch-list came back compressed: uncompressed by the transport %v, Content-Encoding %q", resp.Uncompressed, resp.Header.Get("Content-Encoding"))
 		}
-		s := newEventStream(resp.Body)
+		s := newEventStream(resp.Body, shortStreamBuffer)
 		if ev, err := s.next(); err != nil || ev.Type != "BOOKMARK" && ev.Type != "ADDED" {
 			t.Errorf("first event of the uncompressed watch-list: %+v, %v", ev.Type, err)
 		}

@@ -111,13 +111,14 @@ func openWatch(ctx context.Context, c *http.Client, host string, res Resource, q
 	if err != nil {
 		return nil, err
 	}
-	return newEventStream(resp.Body), nil
+	return newEventStream(resp.Body, streamBuffer), nil
 }
 
-// newEventStream reads a watch response body frame by frame; the RV fetch
-// and the progress prober read their short watches through it too.
-func newEventStream(body io.ReadCloser) *eventStream {
-	return &eventStream{body: body, frames: newFrameReader(body)}
+// newEventStream reads a watch response body frame by frame, size bytes
+// at a time (streamBuffer, or shortStreamBuffer for the RV fetch); the
+// progress prober reads its short watches through it too.
+func newEventStream(body io.ReadCloser, size int) *eventStream {
+	return &eventStream{body: body, frames: newFrameReader(body, size)}
 }
 
 // listPage fetches one page of a LIST.
