@@ -38,6 +38,9 @@ type Store struct {
 	shards []*Shard
 	// seq is the last Object.Seq handed out (under mu).
 	seq uint64
+	// batches holds the merge cursors' batch buffers (*[]*Object of
+	// capacity maxBatch) between reads; see cursor.
+	batches sync.Pool
 }
 
 // New returns an empty store.
@@ -306,9 +309,10 @@ func (s *Store) List(req ListRequest) (ListResult, error) {
 		return ListResult{}, err
 	}
 	prefix := keyhash.NamespacePrefix(req.Namespace)
-	m := newMerger(snaps, prefix, req.StartKeyExclusive, req.Limit, req.Index)
+	m := newMerger(&s.batches, snaps, prefix, req.StartKeyExclusive, req.Limit, req.Index)
+	defer m.release()
 
-	res := ListResult{Items: []*Object{}, RV: rv}
+	res := ListResult{Items: make([]*Object, 0, itemsCapacity(snaps, prefix, req)), RV: rv}
 	var lastSelected string
 	hasMore := false
 	for {
@@ -348,6 +352,28 @@ func (s *Store) List(req ListRequest) (ListResult, error) {
 	return res, nil
 }
 
+// itemsCapacity is what a List's result is sized to from the start. Grown
+// by appends, a full LIST of 10,000 objects allocated about five times its
+// final 80 KB; under a flood of full LISTs that was most of what a
+// standalone tier allocated, and its collector ran five times a second
+// (docs/benchmarks.md "Floods"). A page holds at most Limit items, an
+// unfiltered cluster-wide read every item; a filtered or namespaced read
+// without a limit may return few of them, so it grows as it goes.
+func itemsCapacity(snaps []Snapshot, prefix string, req ListRequest) int {
+	n := 0
+	for _, sn := range snaps {
+		n += sn.Len()
+	}
+	switch {
+	case req.Limit > 0:
+		return int(min(int64(n), req.Limit))
+	case req.Match == nil && req.Index.Field == "" && prefix == "":
+		return n
+	default:
+		return 0
+	}
+}
+
 // anyAfter reports whether any shard holds a key of the range after key:
 // one descent per shard, never a scan.
 func anyAfter(snaps []Snapshot, prefix, key string) bool {
@@ -370,7 +396,8 @@ func (s *Store) Scan(req ListRequest, fn func(*Object) bool) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	m := newMerger(snaps, keyhash.NamespacePrefix(req.Namespace), req.StartKeyExclusive, 0, req.Index)
+	m := newMerger(&s.batches, snaps, keyhash.NamespacePrefix(req.Namespace), req.StartKeyExclusive, 0, req.Index)
+	defer m.release()
 	for o := m.next(); o != nil; o = m.next() {
 		if (req.Match == nil || req.Match(o)) && !fn(o) {
 			break
@@ -381,6 +408,10 @@ func (s *Store) Scan(req ListRequest, fn func(*Object) bool) (uint64, error) {
 
 // cursor walks one shard's snapshot in key order, fetching a batch at a time
 // so that the merge needs neither goroutines nor a full copy of the shard.
+// Its batch buffer comes from the Store's pool and goes back when the
+// read ends (merger.release): a full LIST grew a buffer of maxBatch per
+// shard by appends, about a sixth of what a tier allocated under a flood
+// of them.
 type cursor struct {
 	snap   Snapshot
 	prefix string
@@ -393,6 +424,8 @@ type cursor struct {
 	pos   int
 	batch int
 	done  bool
+	// pool is where buf comes from (nil: allocated).
+	pool *sync.Pool
 }
 
 func (c *cursor) head() *Object {
@@ -401,6 +434,9 @@ func (c *cursor) head() *Object {
 	}
 	if c.done {
 		return nil
+	}
+	if c.buf == nil {
+		c.buf = c.takeBuffer()
 	}
 	c.buf = c.buf[:0]
 	c.pos = 0
@@ -434,21 +470,53 @@ const (
 	maxBatch = 1024
 )
 
+func (c *cursor) takeBuffer() []*Object {
+	if c.pool != nil {
+		if b, ok := c.pool.Get().(*[]*Object); ok {
+			return *b
+		}
+	}
+	return make([]*Object, 0, maxBatch)
+}
+
+// giveBack returns buf to the pool, cleared: a pooled buffer must not
+// keep replaced objects alive.
+func (c *cursor) giveBack() {
+	if c.pool == nil || cap(c.buf) != maxBatch {
+		return
+	}
+	b := c.buf[:cap(c.buf)]
+	clear(b)
+	b = b[:0]
+	c.buf = nil
+	c.pool.Put(&b)
+}
+
 // merger is a k-way merge of cursors by key (a min-heap of non-empty cursors).
 type merger struct {
 	cursors []*cursor
+	// all is every cursor, exhausted or not, for release.
+	all []*cursor
 }
 
-func newMerger(snaps []Snapshot, prefix, startKeyExclusive string, limit int64, index IndexValue) *merger {
+// release gives the cursors' buffers back; the merger is not used after.
+func (m *merger) release() {
+	for _, c := range m.all {
+		c.giveBack()
+	}
+}
+
+func newMerger(pool *sync.Pool, snaps []Snapshot, prefix, startKeyExclusive string, limit int64, index IndexValue) *merger {
 	batch := maxBatch
 	if limit > 0 {
 		// The page needs at most limit items from one shard, and about
 		// limit/len(snaps) on average for an unfiltered list.
 		batch = int(min(max(limit/int64(len(snaps))+1, minBatch), maxBatch))
 	}
-	m := &merger{}
+	m := &merger{all: make([]*cursor, 0, len(snaps))}
 	for _, sn := range snaps {
-		c := &cursor{snap: sn, prefix: prefix, after: startKeyExclusive, batch: batch, index: index}
+		c := &cursor{snap: sn, prefix: prefix, after: startKeyExclusive, batch: batch, index: index, pool: pool}
+		m.all = append(m.all, c)
 		if c.head() != nil {
 			m.cursors = append(m.cursors, c)
 		}

@@ -373,7 +373,7 @@ func TestStoreReplace(t *testing.T) {
 	}
 }
 
-func benchStore(b *testing.B, n, shards int) *Store {
+func benchStore(b testing.TB, n, shards int) *Store {
 	s, err := New(Options{Shards: shards, HistoryWindow: time.Minute})
 	if err != nil {
 		b.Fatal(err)
@@ -389,6 +389,65 @@ func benchStore(b *testing.B, n, shards int) *Store {
 		}
 	}
 	return s
+}
+
+// The result is sized once: a page by its limit, an unfiltered
+// cluster-wide read by the objects held, anything else by its appends.
+func TestItemsCapacity(t *testing.T) {
+	s := benchStore(t, 1000, 4)
+	snaps, _, err := s.snapshots(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	match := func(*Object) bool { return true }
+	for _, tc := range []struct {
+		name   string
+		prefix string
+		req    ListRequest
+		want   int
+	}{
+		{"all", "", ListRequest{}, 1000},
+		{"page", "", ListRequest{Limit: 500}, 500},
+		{"page larger than the resource", "", ListRequest{Limit: 5000}, 1000},
+		{"filtered page", "", ListRequest{Limit: 100, Match: match}, 100},
+		{"filtered", "", ListRequest{Match: match}, 0},
+		{"indexed", "", ListRequest{Index: IndexValue{Field: "spec.nodeName", Value: "n"}}, 0},
+		{"namespace", keyhash.NamespacePrefix("ns-1"), ListRequest{Namespace: "ns-1"}, 0},
+	} {
+		if got := itemsCapacity(snaps, tc.prefix, tc.req); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	res, err := s.List(ListRequest{})
+	if err != nil || len(res.Items) != 1000 || cap(res.Items) != 1000 {
+		t.Fatalf("full list: %d items in %d, %v", len(res.Items), cap(res.Items), err)
+	}
+}
+
+// The merge's batch buffers go back to the Store cleared: a pooled buffer
+// holding objects would keep replaced ones alive.
+func TestReadsGiveBatchBuffersBackCleared(t *testing.T) {
+	s := benchStore(t, 3000, 1)
+	for name, read := range map[string]func() error{
+		"list": func() error { _, err := s.List(ListRequest{}); return err },
+		"scan": func() error { _, err := s.Scan(ListRequest{}, func(*Object) bool { return true }); return err },
+	} {
+		if err := read(); err != nil {
+			t.Fatal(name, err)
+		}
+		b, ok := s.batches.Get().(*[]*Object)
+		if !ok {
+			t.Fatalf("%s: no buffer given back", name)
+		}
+		if len(*b) != 0 || cap(*b) != maxBatch {
+			t.Fatalf("%s: buffer of %d in %d", name, len(*b), cap(*b))
+		}
+		for i, o := range (*b)[:maxBatch] {
+			if o != nil {
+				t.Fatalf("%s: entry %d still holds %s", name, i, o.Key)
+			}
+		}
+	}
 }
 
 // BenchmarkList10kLimit500 is a full paginated walk (20 pages) of 10k objects.
@@ -407,6 +466,22 @@ func BenchmarkList10kLimit500(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkListAll is one unpaginated LIST of 10k objects, what a flood of
+// full LISTs repeats: its allocations are the result and the merge.
+func BenchmarkListAll(b *testing.B) {
+	for _, shards := range []int{1, 8} {
+		b.Run("shards="+itoa(uint64(shards)), func(b *testing.B) {
+			s := benchStore(b, 10000, shards)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.List(ListRequest{}); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})
