@@ -7,8 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/cachetier/cachetier/cache-server/internal/store"
+	"github.com/cachetier/cachetier/cache-server/internal/watch"
 )
 
 // costPods are n pods in namespaces ns-0..ns-(namespaces-1) (round
@@ -102,5 +106,29 @@ func TestCostOfRequestShapes(t *testing.T) {
 				t.Errorf("a Table holds %d, want at least %d", c.Held, c.Bytes*tableHeldFactor)
 			}
 		})
+	}
+}
+
+// An unfiltered watch-list collects its initial state in one allocation of
+// its range's count; a filtered one grows as it goes.
+func TestInitialCapacity(t *testing.T) {
+	const n, namespaces, nodes = 300, 3, 10
+	tier := newBenchTierOf(t, costPods(n, namespaces, nodes), benchResource{resource: "pods", kind: "Pod"}, true, true)
+	defer tier.stop()
+	res := tier.srv.resources[schema.GroupVersionResource{Version: "v1", Resource: "pods"}]
+	match := func(*store.Object) bool { return true }
+	for _, tc := range []struct {
+		name string
+		req  watch.Request
+		want int
+	}{
+		{"all", watch.Request{}, n},
+		{"a namespace", watch.Request{Namespace: "ns-1"}, n / namespaces},
+		{"a selector", watch.Request{Match: match}, 0},
+		{"a node's, through the index", watch.Request{Match: match, Index: store.IndexValue{Field: "spec.nodeName", Value: "node-1"}}, 0},
+	} {
+		if got := initialCapacity(res, tc.req); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
 	}
 }
