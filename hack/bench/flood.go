@@ -53,11 +53,13 @@ type floodOptions struct {
 	clientSpec         string
 	clientPriority     string
 	serverCPUs         string
+	rounds             int
 }
 
 func floodFlags() *floodOptions {
 	var f floodOptions
 	flag.DurationVar(&f.duration, "flood-duration", 60*time.Second, "flood: how long each flood (LISTs, then watch-lists) lasts per server")
+	flag.IntVar(&f.rounds, "flood-rounds", 1, "flood: how many times each server runs its three phases; with more than one, a pooled row per phase takes the p50 and p99 over every round's samples (one phase's p99 of the node's 60 LISTs is its slowest)")
 	flag.DurationVar(&f.unloaded, "flood-unloaded", 0, "flood: how long the victims run alone on each server first (0: as long as each flood, -flood-duration)")
 	flag.IntVar(&f.lists, "flood-lists", 64, "flood: concurrent full consistent LISTs of the flooder")
 	flag.IntVar(&f.watchLists, "flood-watchlists", 64, "flood: concurrent watch-lists of the flooder")
@@ -139,6 +141,21 @@ func (t *floodTally) add(code int, retryAfter bool, d time.Duration, err error) 
 	default:
 		t.Other++
 	}
+}
+
+// pool adds o's latencies and counts to t's.
+func (t *floodTally) pool(o *floodTally) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t.lat = append(t.lat, o.lat...)
+	t.OK += o.OK
+	t.TooMany += o.TooMany
+	t.WithRetryAfter += o.WithRetryAfter
+	t.S5x += o.S5x
+	t.Other += o.Other
+	t.Dropped += o.Dropped
 }
 
 func (t *floodTally) quantile(p float64) time.Duration {
@@ -364,6 +381,9 @@ func runFlood(ctx context.Context, o options, f *floodOptions) error {
 	if f.clientPriority != "idle" && f.clientPriority != "normal" {
 		return fmt.Errorf("-flood-client-priority: %q is neither idle nor normal", f.clientPriority)
 	}
+	if f.rounds < 1 {
+		return fmt.Errorf("-flood-rounds: %d, want 1 or more", f.rounds)
+	}
 	placement, err := newCPUPlacement(f.serverCPUs)
 	if err != nil {
 		return err
@@ -447,33 +467,87 @@ func runFloodServer(tw io.Writer, s floodServer, ids floodIdentities, f *floodOp
 		// or so; the phases measure the placed servers.
 		time.Sleep(3 * time.Second)
 	}
-	var base *floodPhase
-	for _, phase := range []string{"", "lists", "watchlists"} {
-		d := f.duration
-		if phase == "" && f.unloaded > 0 {
-			// The unloaded phase lasts as long as a flood by
-			// default: a p99 of the node's 1 LIST a second is
-			// nearly the slowest of the phase's samples, and the
-			// slowest of 20 is lower than the slowest of 60 drawn
-			// from the same latencies, which made every
-			// "p99 / unloaded" of a 20 s baseline read high.
-			d = f.unloaded
+	phases := []string{"", "lists", "watchlists"}
+	pooled := map[string][]*floodPhase{}
+	for round := 1; round <= f.rounds; round++ {
+		label, profileDir := s.name, o.profileDir
+		if f.rounds > 1 {
+			label = fmt.Sprintf("%s, round %d", s.name, round)
 		}
-		fmt.Fprintf(os.Stderr, "bench: %s: %s for %s\n", s.name, map[string]string{"": "unloaded", "lists": "LIST flood", "watchlists": "watch-list flood"}[phase], d)
-		profiled := profileFloodPhase(s, phase, o.profileDir, d)
-		ph, err := runFloodPhase(s, ids, f, phase, d)
-		if perr := profiled(); err == nil {
-			err = perr
+		if round > 1 {
+			profileDir = "" // one profile per phase: the first round's
 		}
-		if err != nil {
-			return err
+		var base *floodPhase
+		for _, phase := range phases {
+			d := f.duration
+			if phase == "" && f.unloaded > 0 {
+				// The unloaded phase lasts as long as a flood by
+				// default: a p99 of the node's 1 LIST a second is
+				// nearly the slowest of the phase's samples, and the
+				// slowest of 20 is lower than the slowest of 60 drawn
+				// from the same latencies, which made every
+				// "p99 / unloaded" of a 20 s baseline read high.
+				d = f.unloaded
+			}
+			fmt.Fprintf(os.Stderr, "bench: %s: %s for %s\n", label, map[string]string{"": "unloaded", "lists": "LIST flood", "watchlists": "watch-list flood"}[phase], d)
+			profiled := profileFloodPhase(s, phase, profileDir, d)
+			ph, err := runFloodPhase(s, ids, f, phase, d)
+			if perr := profiled(); err == nil {
+				err = perr
+			}
+			if err != nil {
+				return err
+			}
+			if base == nil {
+				base = ph
+			}
+			writeFloodRow(tw, label, ph, base)
+			pooled[phase] = append(pooled[phase], ph)
 		}
-		if base == nil {
-			base = ph
+	}
+	if f.rounds > 1 {
+		var base *floodPhase
+		for _, phase := range phases {
+			ph := poolFloodPhases(pooled[phase])
+			if base == nil {
+				base = ph
+			}
+			writeFloodRow(tw, s.name+", pooled", ph, base)
 		}
-		writeFloodRow(tw, s.name, ph, base)
 	}
 	return nil
+}
+
+// poolFloodPhases is the same phase of several rounds as one: the node's
+// and the workload's latencies of every round together (p50 and p99 over
+// all of them: with the node's one LIST a second, a 60 s phase's p99 is
+// its slowest sample, three rounds' the second slowest of 180), counts
+// summed, the peak RSS and the tier's handler bound the highest of the
+// rounds, CPU and run-queue waits averaged over the rounds' time.
+func poolFloodPhases(phs []*floodPhase) *floodPhase {
+	out := &floodPhase{name: phs[0].name, node: &floodTally{}, workload: &floodTally{}, flooder: &floodTally{}}
+	var cpu, serverRQ, benchRQ float64
+	for _, ph := range phs {
+		out.node.pool(ph.node)
+		out.workload.pool(ph.workload)
+		out.flooder.pool(ph.flooder)
+		out.watchDrops += ph.watchDrops
+		out.peakRSS = max(out.peakRSS, ph.peakRSS)
+		out.handlerP99 = max(out.handlerP99, ph.handlerP99)
+		sec := ph.elapsed.Seconds()
+		out.elapsed += ph.elapsed
+		cpu += float64(ph.cpuMilliCores) * sec
+		serverRQ += float64(ph.serverRunQueue) * sec
+		benchRQ += float64(ph.benchRunQueue) * sec
+	}
+	if sec := out.elapsed.Seconds(); sec > 0 {
+		out.cpuMilliCores = uint64(cpu / sec)
+		out.serverRunQueue = time.Duration(serverRQ / sec)
+		out.benchRunQueue = time.Duration(benchRQ / sec)
+	}
+	out.nodeP50, out.nodeP99 = out.node.quantile(0.5), out.node.quantile(0.99)
+	out.getP50, out.getP99 = out.workload.quantile(0.5), out.workload.quantile(0.99)
+	return out
 }
 
 func writeFloodRow(w io.Writer, server string, ph, base *floodPhase) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"net/http"
 	"os"
 	"runtime"
 	"sync"
@@ -74,5 +75,39 @@ func TestRunQueueMeter(t *testing.T) {
 	}
 	if end-start < 10*time.Millisecond {
 		t.Fatalf("%d threads spinning on %d cores for 300 ms waited only %v for a core", threads, runtime.NumCPU(), end-start)
+	}
+}
+
+// Rounds pooled: the p99 is taken over every round's samples (one slow
+// LIST among 180 is not the p99, as it is among one round's 60), counts
+// add up, the peaks are the highest, CPU is averaged over the time.
+func TestPoolFloodPhases(t *testing.T) {
+	round := func(slowest time.Duration, cpu uint64, rss uint64) *floodPhase {
+		ph := &floodPhase{name: "lists", node: &floodTally{}, workload: &floodTally{}, flooder: &floodTally{},
+			elapsed: time.Minute, cpuMilliCores: cpu, peakRSS: rss, serverRunQueue: time.Duration(cpu) * time.Millisecond, watchDrops: 1}
+		for i := range 60 {
+			ph.node.add(http.StatusOK, false, time.Duration(i+1)*time.Millisecond/10, nil)
+			ph.workload.add(http.StatusOK, false, time.Millisecond, nil)
+			ph.flooder.add(http.StatusTooManyRequests, i%2 == 0, time.Millisecond, nil)
+		}
+		ph.node.lat[59] = slowest
+		return ph
+	}
+	phs := []*floodPhase{round(30*time.Millisecond, 700, 200<<20), round(8*time.Millisecond, 800, 210<<20), round(5*time.Millisecond, 900, 205<<20)}
+	if p99 := phs[0].node.quantile(0.99); p99 != 30*time.Millisecond {
+		t.Fatalf("one round's p99 %v, want its slowest, 30ms", p99)
+	}
+	got := poolFloodPhases(phs)
+	if got.nodeP99 != 8*time.Millisecond {
+		t.Errorf("pooled p99 %v, want the second slowest of 180, 8ms", got.nodeP99)
+	}
+	if got.node.OK != 180 || got.flooder.TooMany != 180 || got.flooder.WithRetryAfter != 90 || got.watchDrops != 3 {
+		t.Errorf("counts: node %d, flooder 429 %d (%d with Retry-After), drops %d", got.node.OK, got.flooder.TooMany, got.flooder.WithRetryAfter, got.watchDrops)
+	}
+	if got.cpuMilliCores != 800 || got.peakRSS != 210<<20 || got.serverRunQueue != 800*time.Millisecond || got.elapsed != 3*time.Minute {
+		t.Errorf("cpu %d, rss %d, run queue %v, elapsed %v", got.cpuMilliCores, got.peakRSS, got.serverRunQueue, got.elapsed)
+	}
+	if len(phs[0].node.lat) != 60 {
+		t.Errorf("pooling changed a round: %d samples", len(phs[0].node.lat))
 	}
 }
