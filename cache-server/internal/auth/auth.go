@@ -184,8 +184,9 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 
 // chain puts handler behind the filters in the order kube-apiserver's
 // DefaultBuildHandlerChain uses (k8s.io/apiserver/pkg/server/config.go):
-// request info, authentication, impersonation, priority and fairness,
-// authorization — with the request deadline after impersonation (the
+// the request's receipt time (a consistent read may use an RV fetch that
+// started after it: package coalesce), request info, authentication,
+// impersonation, priority and fairness, authorization — with the request deadline after impersonation (the
 // apiserver's is outside authentication; here it is inside so that a cut
 // request is logged with its user; only its clock starts later, by the
 // authentication's time).
@@ -200,7 +201,7 @@ func chain(handler http.Handler, authn authenticator.Request, authz authorizer.A
 	}
 	h = withImpersonation(h, authz, codecs, opts.Log, opts.ImpersonationResults)
 	h = genericfilters.WithAuthentication(h, authn, genericfilters.Unauthorized(codecs), nil, rh)
-	return genericfilters.WithRequestInfo(h, resolver)
+	return genericfilters.WithRequestReceivedTimestamp(genericfilters.WithRequestInfo(h, resolver))
 }
 
 // prefixResolver classifies the request as the resource it reads: a GET of

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -160,5 +161,26 @@ func TestImpersonationRefusedFirstOnConnection(t *testing.T) {
 	h.ServeHTTP(rec, conn.request("X-Remote-User", "bob"))
 	if rec.Code != http.StatusOK || len(served) != 1 || served[0] != "bob" {
 		t.Fatalf("bob: %d, served %v", rec.Code, served)
+	}
+}
+
+// The chain records when a request was received, before it is
+// authenticated or queued: a consistent read may use an RV fetch that
+// started after that moment (package coalesce).
+func TestChainRecordsReceipt(t *testing.T) {
+	inner := &fakeInner{}
+	cached, _ := newTestAuthenticator(inner)
+	var received time.Time
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		received, _ = request.ReceivedTimestampFrom(r.Context())
+	})
+	resolver := &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
+	h := chain(handler, cached, testAuthorizer(), testRequestHeader(), resolver, Options{})
+	conn := newTestConn(true, stubLeaf(testStart.Add(365*24*3600e9)))
+	before := time.Now()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, conn.request("X-Remote-User", "bob"))
+	if rec.Code != http.StatusOK || received.Before(before) || received.After(time.Now()) {
+		t.Fatalf("%d, received %v (the request was sent at %v)", rec.Code, received, before)
 	}
 }

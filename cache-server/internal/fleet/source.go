@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
+	"github.com/cachetier/cachetier/cache-server/internal/coalesce"
 	"github.com/cachetier/cachetier/cache-server/internal/front"
 	"github.com/cachetier/cachetier/cache-server/internal/keyhash"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
@@ -36,6 +37,8 @@ type Source struct {
 	uncached atomic.Bool
 	// waits shares the shards' freshness waits between concurrent reads.
 	waits sharedwait.Group
+	// rvFetch shares the shards' RV fetches between reads (CurrentRV).
+	rvFetch *coalesce.Runs
 
 	// merge state of the shards' change streams (see follow).
 	mu      sync.Mutex
@@ -78,6 +81,7 @@ func NewSource(opts Options) *Source {
 		starts: make([]uint64, n), wm: make([]uint64, n), queues: make([][]store.Event, n), streaming: make([]string, n),
 		sizes: make([]store.Sizes, n),
 	}
+	s.rvFetch = coalesce.New(s.fetchCurrentRV)
 	// The series exists from the start: a refresh is rare, and its panel
 	// (and a rate over it) shows 0 rather than nothing.
 	opts.Metrics.FleetLatestReadsRefreshed.WithLabelValues(s.label)
@@ -111,9 +115,17 @@ func (s *Source) query(kv ...string) url.Values {
 	return q
 }
 
-// CurrentRV asks a shard for the apiserver's current RV (the shard fetches
-// it after the request arrives, so after the client's request did).
+// CurrentRV is the apiserver's current RV from a shard call that started
+// after the request of ctx was received (coalesce.Received), shared with
+// the front's other reads: the shard fetches the RV after its own request
+// arrives, so after the client's did. A front's queued consistent reads
+// share one call, as a standalone tier's share one fetch.
 func (s *Source) CurrentRV(ctx context.Context) (uint64, error) {
+	return s.rvFetch.Since(ctx, coalesce.Received(ctx))
+}
+
+// fetchCurrentRV asks a shard (the next one if a shard does not answer).
+func (s *Source) fetchCurrentRV(ctx context.Context) (uint64, error) {
 	var err error
 	for i := range s.client.topo.Shards {
 		var rec shardwire.Record

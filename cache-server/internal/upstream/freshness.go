@@ -2,67 +2,8 @@ package upstream
 
 import (
 	"context"
-	"sync"
 	"time"
 )
-
-// coalescer runs fn for many concurrent callers with one guarantee: a
-// caller's result comes from a run that *started after the caller arrived*.
-// That is what makes a shared RV fetch safe for consistent reads: a fetch
-// already in flight may have read the RV before the caller's request
-// arrived, so late callers wait for the next run instead of joining it.
-type coalescer struct {
-	fn func(ctx context.Context) (uint64, error)
-
-	mu      sync.Mutex
-	running bool
-	next    *coalescedRun // the run new callers join; starts when the current one ends
-}
-
-type coalescedRun struct {
-	done chan struct{}
-	rv   uint64
-	err  error
-}
-
-// do returns the result of a run of fn that started after the call.
-func (c *coalescer) do(ctx context.Context) (uint64, error) {
-	c.mu.Lock()
-	if c.next == nil {
-		c.next = &coalescedRun{done: make(chan struct{})}
-	}
-	run := c.next
-	if !c.running {
-		c.startLocked()
-	}
-	c.mu.Unlock()
-	select {
-	case <-run.done:
-		return run.rv, run.err
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-}
-
-func (c *coalescer) startLocked() {
-	run := c.next
-	c.next = nil
-	c.running = true
-	go func() {
-		// The run is shared, so it must not die with the first caller's
-		// context; it is bounded by its own timeout instead.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		run.rv, run.err = c.fn(ctx)
-		cancel()
-		close(run.done)
-		c.mu.Lock()
-		c.running = false
-		if c.next != nil {
-			c.startLocked()
-		}
-		c.mu.Unlock()
-	}()
-}
 
 // probeGrace is how long a wait gives the main stream to reach its target
 // before it starts progress probes (when none are running already): on a
@@ -93,7 +34,7 @@ func (in *Ingester) WaitFresh(ctx context.Context, target uint64) error {
 			if relistDone == nil {
 				relistDone = make(chan error, 1)
 				go func(done chan<- error) {
-					_, err := in.probe.do(ctx)
+					_, err := in.probe.Do(ctx)
 					done <- err
 				}(relistDone)
 			}

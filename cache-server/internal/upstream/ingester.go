@@ -23,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/cachetier/cachetier/cache-server/internal/coalesce"
 	"github.com/cachetier/cachetier/cache-server/internal/keyhash"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
@@ -79,13 +80,13 @@ type Ingester struct {
 	synced   chan struct{}
 	isSynced bool
 
-	rvFetch coalescer
+	rvFetch *coalesce.Runs
 	// rvFetchByList: the apiserver refused the watch-list RV fetch (its
 	// WatchList feature is off); fetch with a LIST of the same key.
 	rvFetchByList atomic.Bool
 	// probe re-reads a bookmarkless resource for waiting reads (coalesced);
 	// prober runs the progress probes of a resource with a watch cache.
-	probe  coalescer
+	probe  *coalesce.Runs
 	prober prober
 	// life ends when Run returns: the prober's goroutines end with it.
 	life     context.Context
@@ -114,8 +115,8 @@ type Ingester struct {
 // New returns an ingester; call Run to start it.
 func New(opts Options) *Ingester {
 	in := &Ingester{opts: opts, res: opts.Resource.String(), changed: make(chan struct{}), synced: make(chan struct{})}
-	in.rvFetch.fn = in.fetchCurrentRV
-	in.probe.fn = in.runRelistProbe
+	in.rvFetch = coalesce.New(in.fetchCurrentRV)
+	in.probe = coalesce.New(in.runRelistProbe)
 	in.life, in.stopLife = context.WithCancel(context.Background())
 	in.prober.cadence, in.prober.linger = probeCadence, probeLinger
 	in.bookmarkless.Store(UncachedByDefault(opts.Resource.GVR.GroupResource()))

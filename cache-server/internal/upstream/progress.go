@@ -182,7 +182,7 @@ func (in *Ingester) startProbe(from uint64) *probeRun {
 			// Reads re-read the resource from now on; this re-read is
 			// for those already waiting (they wait on progress, and the
 			// prober stops).
-			_, _ = in.probe.do(in.life)
+			_, _ = in.probe.Do(in.life)
 		}
 	}()
 	return p

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+
+	"github.com/cachetier/cachetier/cache-server/internal/coalesce"
 )
 
 // The RV fetch reads one key of the resource that no client can have
@@ -67,12 +69,13 @@ func rvFetchListQuery() url.Values {
 }
 
 // CurrentRV returns the apiserver's current resourceVersion for this
-// resource, from a fetch that started after the call (coalesced across
-// callers). The apiserver has made its own watch cache for the resource at
+// resource, from a fetch that started after the request of ctx was received
+// (coalesce.Received: a fetch that started after the call when no request
+// is named), coalesced across callers. The apiserver has made its own watch cache for the resource at
 // least that fresh, so later bookmarks on our streams carry an RV at least
 // this high (the progress probes rely on it).
 func (in *Ingester) CurrentRV(ctx context.Context) (uint64, error) {
-	return in.rvFetch.do(ctx)
+	return in.rvFetch.Since(ctx, coalesce.Received(ctx))
 }
 
 func (in *Ingester) fetchCurrentRV(ctx context.Context) (uint64, error) {
