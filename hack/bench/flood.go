@@ -90,6 +90,9 @@ type floodServer struct {
 	name string
 	floodTarget
 	pids []int
+	// apiPID is kube-apiserver's process: its CPU in every phase is what
+	// the server's traffic costs it (the tiers' RV fetches and streams).
+	apiPID int
 	// admin is an admin client's config for the server's own process (the
 	// tier's or the fleet front's, also for the rows through the
 	// aggregator): -profile-dir profiles it in each flood phase, and a
@@ -229,10 +232,12 @@ func cutByEnd(ctx context.Context, err error) bool {
 
 // floodPhase is one phase's measurements on one server.
 type floodPhase struct {
-	name                     string
-	node, workload, flooder  *floodTally
-	watchDrops               int64
-	peakRSS, cpuMilliCores   uint64
+	name                    string
+	node, workload, flooder *floodTally
+	watchDrops              int64
+	peakRSS, cpuMilliCores  uint64
+	// apiMilliCores is kube-apiserver's CPU over the phase.
+	apiMilliCores            uint64
 	elapsed                  time.Duration
 	nodeP50, nodeP99, getP50 time.Duration
 	getP99                   time.Duration
@@ -327,7 +332,7 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 	}
 	before := tierNodeListBuckets(s)
 	// Peak RSS and CPU of the server's processes over the phase.
-	cpu0, t0 := cpuTicksAll(s.pids), time.Now()
+	cpu0, api0, t0 := cpuTicksAll(s.pids), cpuTicksAll([]int{s.apiPID}), time.Now()
 	serverRQ, benchRQ := newRunQueueMeter(s.pids), newRunQueueMeter([]int{os.Getpid()})
 	tick := time.NewTicker(250 * time.Millisecond)
 	for ctx.Err() == nil {
@@ -342,6 +347,7 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 	tick.Stop()
 	ph.elapsed = time.Since(t0)
 	ph.cpuMilliCores = (cpuTicksAll(s.pids) - cpu0) * 10 * 1000 / uint64(max(ph.elapsed.Milliseconds(), 1))
+	ph.apiMilliCores = (cpuTicksAll([]int{s.apiPID}) - api0) * 10 * 1000 / uint64(max(ph.elapsed.Milliseconds(), 1))
 	// In floating point: d × 1e9 overflows int64 beyond ~9 s of waiting.
 	perSecond := func(d time.Duration) time.Duration {
 		return time.Duration(float64(d) / max(ph.elapsed.Seconds(), 0.001))
@@ -431,6 +437,7 @@ func runFlood(ctx context.Context, o options, f *floodOptions) error {
 		{key: "standalone-aggregated", name: "tier standalone via aggregator (+ apiserver)", floodTarget: floodTarget{Host: st.AggregatedURL}, pids: []int{env.cp.PID(st.Process), env.apiPID}, admin: tierAdmin(env.admin, stDirect)},
 		{key: "fleet-aggregated", name: "tier fleet via aggregator (+ apiserver)", floodTarget: floodTarget{Host: fl.AggregatedURL}, pids: append(slices.Clone(fleetPIDs), env.apiPID), admin: tierAdmin(env.admin, flDirect)},
 	} {
+		s.apiPID = env.apiPID
 		byKey[s.key] = s
 	}
 	var servers []floodServer
@@ -441,7 +448,7 @@ func runFlood(ctx context.Context, o options, f *floodOptions) error {
 		fmt.Printf("placement: %s\n", placement)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "server\tphase\tnode LIST p50 ms\tp99 ms\tp99 / unloaded\tworkload GET p50 ms\tp99 ms\tp99 / unloaded\tvictims' failures\tflooder 200\t429\t429 share\t429 with Retry-After\t5xx (all)\tdropped (all)\tpeak RSS MiB\tCPU cores\ttier handler p99 ms\tserver run-queue wait ms/s\tbench run-queue wait ms/s\t")
+	fmt.Fprintln(tw, "server\tphase\tnode LIST p50 ms\tp99 ms\tp99 / unloaded\tworkload GET p50 ms\tp99 ms\tp99 / unloaded\tvictims' failures\tflooder 200\t429\t429 share\t429 with Retry-After\t5xx (all)\tdropped (all)\tpeak RSS MiB\tCPU cores\ttier handler p99 ms\tserver run-queue wait ms/s\tbench run-queue wait ms/s\tapiserver CPU cores\t")
 	for _, s := range servers {
 		if err := runFloodServer(tw, s, ids, f, o, placement); err != nil {
 			return err
@@ -526,7 +533,7 @@ func runFloodServer(tw io.Writer, s floodServer, ids floodIdentities, f *floodOp
 // rounds, CPU and run-queue waits averaged over the rounds' time.
 func poolFloodPhases(phs []*floodPhase) *floodPhase {
 	out := &floodPhase{name: phs[0].name, node: &floodTally{}, workload: &floodTally{}, flooder: &floodTally{}}
-	var cpu, serverRQ, benchRQ float64
+	var cpu, api, serverRQ, benchRQ float64
 	for _, ph := range phs {
 		out.node.pool(ph.node)
 		out.workload.pool(ph.workload)
@@ -537,11 +544,13 @@ func poolFloodPhases(phs []*floodPhase) *floodPhase {
 		sec := ph.elapsed.Seconds()
 		out.elapsed += ph.elapsed
 		cpu += float64(ph.cpuMilliCores) * sec
+		api += float64(ph.apiMilliCores) * sec
 		serverRQ += float64(ph.serverRunQueue) * sec
 		benchRQ += float64(ph.benchRunQueue) * sec
 	}
 	if sec := out.elapsed.Seconds(); sec > 0 {
 		out.cpuMilliCores = uint64(cpu / sec)
+		out.apiMilliCores = uint64(api / sec)
 		out.serverRunQueue = time.Duration(serverRQ / sec)
 		out.benchRunQueue = time.Duration(benchRQ / sec)
 	}
@@ -570,11 +579,11 @@ func writeFloodRow(w io.Writer, server string, ph, base *floodPhase) {
 	if ph.handlerP99 > 0 {
 		handler = fmt.Sprintf("<= %g", ph.handlerP99*1000)
 	}
-	fmt.Fprintf(w, "%s\t%s\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%.2f\t%s\t%.0f\t%.0f\t\n",
+	fmt.Fprintf(w, "%s\t%s\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%.2f\t%s\t%.0f\t%.0f\t%.2f\t\n",
 		server, ph.name, ms(ph.nodeP50), ms(ph.nodeP99), ratio(ph.nodeP99, base.nodeP99), ms(ph.getP50), ms(ph.getP99), ratio(ph.getP99, base.getP99),
 		victimsFailed, fl.OK, fl.TooMany, share, ra,
 		fl.S5x+ph.node.S5x+ph.workload.S5x, fl.Dropped+ph.node.Dropped+ph.workload.Dropped+int(ph.watchDrops),
-		ph.peakRSS>>20, float64(ph.cpuMilliCores)/1000, handler, ms(ph.serverRunQueue), ms(ph.benchRunQueue))
+		ph.peakRSS>>20, float64(ph.cpuMilliCores)/1000, handler, ms(ph.serverRunQueue), ms(ph.benchRunQueue), float64(ph.apiMilliCores)/1000)
 }
 
 // floodUsers makes the three identities and lets every authenticated user

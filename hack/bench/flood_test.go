@@ -84,7 +84,7 @@ func TestRunQueueMeter(t *testing.T) {
 func TestPoolFloodPhases(t *testing.T) {
 	round := func(slowest time.Duration, cpu uint64, rss uint64) *floodPhase {
 		ph := &floodPhase{name: "lists", node: &floodTally{}, workload: &floodTally{}, flooder: &floodTally{},
-			elapsed: time.Minute, cpuMilliCores: cpu, peakRSS: rss, serverRunQueue: time.Duration(cpu) * time.Millisecond, watchDrops: 1}
+			elapsed: time.Minute, cpuMilliCores: cpu, apiMilliCores: cpu / 2, peakRSS: rss, serverRunQueue: time.Duration(cpu) * time.Millisecond, watchDrops: 1}
 		for i := range 60 {
 			ph.node.add(http.StatusOK, false, time.Duration(i+1)*time.Millisecond/10, nil)
 			ph.workload.add(http.StatusOK, false, time.Millisecond, nil)
@@ -104,7 +104,7 @@ func TestPoolFloodPhases(t *testing.T) {
 	if got.node.OK != 180 || got.flooder.TooMany != 180 || got.flooder.WithRetryAfter != 90 || got.watchDrops != 3 {
 		t.Errorf("counts: node %d, flooder 429 %d (%d with Retry-After), drops %d", got.node.OK, got.flooder.TooMany, got.flooder.WithRetryAfter, got.watchDrops)
 	}
-	if got.cpuMilliCores != 800 || got.peakRSS != 210<<20 || got.serverRunQueue != 800*time.Millisecond || got.elapsed != 3*time.Minute {
+	if got.cpuMilliCores != 800 || got.apiMilliCores != 400 || got.peakRSS != 210<<20 || got.serverRunQueue != 800*time.Millisecond || got.elapsed != 3*time.Minute {
 		t.Errorf("cpu %d, rss %d, run queue %v, elapsed %v", got.cpuMilliCores, got.peakRSS, got.serverRunQueue, got.elapsed)
 	}
 	if len(phs[0].node.lat) != 60 {
