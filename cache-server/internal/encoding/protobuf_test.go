@@ -326,6 +326,10 @@ func TestPathsAndLargeMessages(t *testing.T) {
 	if n, _ := p.CacheStats(); n != 3 || counts[PathPlan] != 8 || counts[PathCached] != 7 {
 		t.Fatalf("small message: %d cache entries, paths %v; want 2 cached, 2 more plan conversions, 7 hits", n, counts)
 	}
+	// The cache holds its objects weakly: had the large message's object
+	// died before the count above, a collection would have dropped its
+	// size entry with it (as the cache should), and the count would be 2.
+	runtime.KeepAlive(o)
 
 	// A duplicate member: the plan refuses, the typed decoder takes the
 	// last value.
