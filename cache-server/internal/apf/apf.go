@@ -75,9 +75,18 @@ type Options struct {
 	ServerConcurrencyLimit int
 	// Costs estimates requests' work (front.Server).
 	Costs Coster
+	// Cores is the CPU the seats stand for (ProcessConcurrencyLimit); 0:
+	// SeatsPerCore seats per core.
+	Cores float64
+	// SeatCPU is how long a core takes for a seat's worth of a LIST's
+	// work (estimate.go); 0: DefaultSeatCPU.
+	SeatCPU time.Duration
 	// ConfigSynced, when set, is 1 once the configuration was read.
 	ConfigSynced prometheus.Gauge
-	Log          logr.Logger
+	// Lingering, when set, counts by priority_level the seat-seconds
+	// executed requests held after they ended (estimate.go).
+	Lingering *prometheus.CounterVec
+	Log       logr.Logger
 }
 
 // APF is the tier's priority and fairness.
@@ -118,7 +127,7 @@ func (a *APF) Start(ctx context.Context) {
 	}()
 	genericfilters.StartPriorityAndFairnessWatermarkMaintenance(ctx.Done())
 	go a.reportSync(ctx)
-	a.opts.Log.Info("priority and fairness", "serverConcurrencyLimit", a.opts.ServerConcurrencyLimit)
+	a.opts.Log.Info("priority and fairness", "serverConcurrencyLimit", a.opts.ServerConcurrencyLimit, "seatsPerCore", a.seatsPerCore())
 }
 
 // reportSync logs and exports when the configuration has been read, and
@@ -161,12 +170,12 @@ func (a *APF) synced(ok bool) {
 // Run builds priority and fairness for a tier whose profile sets
 // spec.serverConcurrencyLimit to spec (nil: from the CPU) and starts it
 // until ctx ends.
-func Run(ctx context.Context, client kubernetes.Interface, spec *int32, costs Coster, synced prometheus.Gauge, log logr.Logger) *APF {
-	limit, err := ProcessConcurrencyLimit(spec)
+func Run(ctx context.Context, client kubernetes.Interface, spec *int32, costs Coster, synced prometheus.Gauge, lingering *prometheus.CounterVec, log logr.Logger) *APF {
+	limit, cores, err := ProcessConcurrencyLimit(spec)
 	if err != nil {
 		log.Error(err, "reading the cgroup CPU limit; the concurrency limit is sized from GOMAXPROCS")
 	}
-	a := New(Options{Client: client, ServerConcurrencyLimit: limit, Costs: costs, ConfigSynced: synced, Log: log.WithName("apf")})
+	a := New(Options{Client: client, ServerConcurrencyLimit: limit, Cores: cores, Costs: costs, ConfigSynced: synced, Lingering: lingering, Log: log.WithName("apf")})
 	a.Start(ctx)
 	return a
 }
@@ -190,6 +199,11 @@ func (a *APF) Filter(handler http.Handler) http.Handler {
 		filtered.ServeHTTP(w, r)
 		if rejected, fs, pl := c.rejected(); rejected {
 			rejections.rejected(r, fs, pl)
+		}
+		if pl, seatSeconds := c.lingered(); pl != "" && a.opts.Lingering != nil {
+			// Every executed request adds, 0 for most: a level's series
+			// exists once it served anything.
+			a.opts.Lingering.WithLabelValues(pl).Add(seatSeconds)
 		}
 	})
 }

@@ -28,27 +28,33 @@ const (
 )
 
 // ServerConcurrencyLimit is the profile's setting when set, else
-// SeatsPerCore per core of the container's CPU limit (cpuLimit cores
-// when hasLimit) or of gomaxprocs, whichever is lower, at least
-// MinServerConcurrencyLimit.
+// SeatsPerCore per core of Cores, at least MinServerConcurrencyLimit.
 func ServerConcurrencyLimit(spec *int32, cpuLimit float64, hasLimit bool, gomaxprocs int) int {
 	if spec != nil && *spec > 0 {
 		return int(*spec)
 	}
+	return max(MinServerConcurrencyLimit, int(math.Ceil(Cores(cpuLimit, hasLimit, gomaxprocs)*SeatsPerCore)))
+}
+
+// Cores is the CPU the server's seats stand for: the container's CPU
+// limit (cpuLimit cores when hasLimit) or GOMAXPROCS, whichever is lower.
+func Cores(cpuLimit float64, hasLimit bool, gomaxprocs int) float64 {
 	cores := float64(max(gomaxprocs, 1))
 	if hasLimit && cpuLimit > 0 && cpuLimit < cores {
 		cores = cpuLimit
 	}
-	return max(MinServerConcurrencyLimit, int(math.Ceil(cores*SeatsPerCore)))
+	return cores
 }
 
 // cgroupRoot is where a container's own cgroup is mounted.
 const cgroupRoot = "/sys/fs/cgroup"
 
-// ProcessConcurrencyLimit is ServerConcurrencyLimit for this process: its
-// cgroup's CPU limit and GOMAXPROCS. An unreadable limit counts as none
-// (logged by the caller through err).
-func ProcessConcurrencyLimit(spec *int32) (int, error) {
-	cores, ok, err := cpulimit.Read(cgroupRoot)
-	return ServerConcurrencyLimit(spec, cores, ok && err == nil, runtime.GOMAXPROCS(0)), err
+// ProcessConcurrencyLimit is ServerConcurrencyLimit for this process (its
+// cgroup's CPU limit and GOMAXPROCS) and the cores it stands for. An
+// unreadable limit counts as none (logged by the caller through err).
+func ProcessConcurrencyLimit(spec *int32) (limit int, cores float64, err error) {
+	cpu, ok, err := cpulimit.Read(cgroupRoot)
+	hasLimit := ok && err == nil
+	gomaxprocs := runtime.GOMAXPROCS(0)
+	return ServerConcurrencyLimit(spec, cpu, hasLimit, gomaxprocs), Cores(cpu, hasLimit, gomaxprocs), err
 }

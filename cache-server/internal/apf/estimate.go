@@ -3,6 +3,7 @@ package apf
 import (
 	"math"
 	"net/http"
+	"time"
 
 	"k8s.io/apiserver/pkg/endpoints/request"
 	fcrequest "k8s.io/apiserver/pkg/util/flowcontrol/request"
@@ -59,23 +60,108 @@ func Seats(c front.Cost) uint64 {
 	var seats uint64 = 1
 	switch c.Kind {
 	case front.CostList, front.CostWatchList:
-		cpu := math.Ceil(float64(c.Walked)/walkedPerSeat + float64(c.Bytes)/bytesPerSeat)
+		cpu := math.Ceil(cpuWork(c))
 		mem := math.Ceil(float64(c.Held) / heldBytesPerSeat)
 		seats = uint64(max(cpu, mem, 1))
 	}
 	return min(seats, maxSeatsLimit)
 }
 
-// estimator is the filter's WorkEstimatorFunc.
-func (a *APF) estimator() fcrequest.WorkEstimatorFunc {
-	return Estimator(a.opts.Costs)
+// cpuWork is the CPU a LIST or watch-list of cost c takes, in seats'
+// worth of work (walkedPerSeat objects or bytesPerSeat bytes each).
+func cpuWork(c front.Cost) float64 {
+	return float64(c.Walked)/walkedPerSeat + float64(c.Bytes)/bytesPerSeat
 }
 
-// Estimator returns the work estimator over costs.
-func Estimator(costs Coster) fcrequest.WorkEstimatorFunc {
+// DefaultSeatCPU is how long one core takes for a seat's worth of work
+// (cpuWork): the standalone tier on this project's 2-core machine served
+// 467 full LISTs of 10,000 1 KiB ConfigMaps a second (24 seats' worth
+// each) with a core, 2.1 ms each, TLS, HTTP/2 and garbage collection
+// included (docs/benchmarks.md, the floods).
+const DefaultSeatCPU = 100 * time.Microsecond
+
+// The seats a request holds after it ends (the work estimate's
+// FinalSeats for AdditionalLatency, what kube-apiserver charges a write
+// for its watch fan-out; the queue set keeps them in use, and in the
+// level's virtual time, for that long after the response is complete,
+// so the client does not wait for them):
+//
+// A seat is a share of the server's cores: serverConcurrencyLimit seats
+// stand for the pod's cores, SeatsPerCore each by default. A LIST is
+// one goroutine's work, and on a core of its own it runs at a whole
+// core: a full LIST of 10,000 ConfigMaps, charged 24 seats, ran at 50
+// seats' worth of CPU for its 2.4 ms. The charge was only honest when
+// the cores were shared with 25 other such LISTs; a level that ran
+// such LISTs back to back — a single flooder in global-default, 9
+// nominal seats on a 2-core tier — took a core or more whatever its
+// share, and the other levels' requests (a kubelet's LIST, a
+// controller's GET) waited for the CPU their seats promised (issue 21,
+// docs/benchmarks.md). Charging the rest of that core's seat-seconds
+// after the LIST ends — its seats for (seatsPerCore/seats − 1) times
+// its CPU time — makes a level's seats bound its CPU: a level whose
+// limit is C seats runs LISTs back to back at C/seatsPerCore cores.
+// KEP-1040 describes this "additional latency" for requests wider than
+// their level can hold (the queue set's own TODO); here it is what a
+// request beyond its width costs in CPU.
+//
+// Only LISTs and watch-lists linger: their CPU is what the estimate
+// knows (the objects walked and bytes written), and a short request's
+// linger is a fraction of a millisecond. A request as wide as a core
+// (seatsPerCore seats or more) already pays for it; one the queue set
+// runs alone because it is wider than its level's current limit is
+// dispatched when nothing else of the level executes, lingering seats
+// or not (queueset canAccommodateSeatsLocked), so it does not wait for
+// them (docs/priority-and-fairness.md).
+
+// Linger is how long a request of cost c, seats wide, keeps its seats
+// after it ends on a server of seatsPerCore seats per core whose core
+// does a seat's worth of work in seatCPU.
+func Linger(c front.Cost, seats uint64, seatCPU time.Duration, seatsPerCore float64) time.Duration {
+	if c.Kind != front.CostList && c.Kind != front.CostWatchList {
+		return 0
+	}
+	if seats == 0 || float64(seats) >= seatsPerCore {
+		return 0
+	}
+	busy := cpuWork(c) * float64(seatCPU)
+	return time.Duration(busy * (seatsPerCore/float64(seats) - 1))
+}
+
+// Estimate is the work estimate of a request of cost c (Seats and
+// Linger).
+func Estimate(c front.Cost, seatCPU time.Duration, seatsPerCore float64) fcrequest.WorkEstimate {
+	seats := Seats(c)
+	we := fcrequest.WorkEstimate{InitialSeats: seats}
+	if linger := Linger(c, seats, seatCPU, seatsPerCore); linger > 0 {
+		we.FinalSeats, we.AdditionalLatency = seats, linger
+	}
+	return we
+}
+
+// estimator is the filter's WorkEstimatorFunc.
+func (a *APF) estimator() fcrequest.WorkEstimatorFunc {
+	return Estimator(a.opts.Costs, a.opts.SeatCPU, a.seatsPerCore())
+}
+
+// seatsPerCore is the server's seats over the cores they stand for.
+func (a *APF) seatsPerCore() float64 {
+	if a.opts.Cores <= 0 {
+		return SeatsPerCore
+	}
+	return float64(a.opts.ServerConcurrencyLimit) / a.opts.Cores
+}
+
+// Estimator returns the work estimator over costs (Estimate; seatCPU 0
+// is DefaultSeatCPU).
+func Estimator(costs Coster, seatCPU time.Duration, seatsPerCore float64) fcrequest.WorkEstimatorFunc {
+	if seatCPU <= 0 {
+		seatCPU = DefaultSeatCPU
+	}
 	return func(r *http.Request, flowSchema, priorityLevel string) fcrequest.WorkEstimate {
 		noteClassified(r, flowSchema, priorityLevel)
 		info, _ := request.RequestInfoFrom(r.Context())
-		return fcrequest.WorkEstimate{InitialSeats: Seats(costs.Cost(r, info))}
+		we := Estimate(costs.Cost(r, info), seatCPU, seatsPerCore)
+		noteLingering(r, float64(we.FinalSeats)*we.AdditionalLatency.Seconds())
+		return we
 	}
 }

@@ -2,6 +2,7 @@ package apf
 
 import (
 	"testing"
+	"time"
 
 	"github.com/cachetier/cachetier/cache-server/internal/front"
 )
@@ -26,6 +27,59 @@ func TestSeats(t *testing.T) {
 	} {
 		if got := Seats(tc.c); got != tc.want {
 			t.Errorf("%s: %d seats, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestLinger: a LIST keeps its seats after it ends for the rest of the
+// core it ran on, in seat-seconds; nothing else lingers, nor a request
+// as wide as a core.
+func TestLinger(t *testing.T) {
+	const seatCPU = 100 * time.Microsecond
+	full := front.Cost{Kind: front.CostList, Walked: 10_000, Returned: 10_000, Bytes: 14 << 20}
+	for _, tc := range []struct {
+		name         string
+		c            front.Cost
+		seatsPerCore float64
+		want         time.Duration
+	}{
+		// 24 seats' worth of work: 2.4 ms of a core, 50 seats' worth of
+		// it; 24 seats were charged while it ran, the other 26 × 2.4 ms
+		// are charged as 24 seats for 2.6 ms.
+		{"10k ConfigMaps", full, 50, 2600 * time.Microsecond},
+		{"the same watch-list", front.Cost{Kind: front.CostWatchList, Walked: 10_000, Returned: 10_000, Bytes: 14 << 20}, 50, 2600 * time.Microsecond},
+		// More seats a core (a limit set above the default): more linger.
+		{"10k ConfigMaps, 300 seats a core", full, 300, 27600 * time.Microsecond},
+		// A node's 110 pods: 0.74 seats' worth, one seat charged; 49 ×
+		// 73.9 µs.
+		{"a node's pods", front.Cost{Kind: front.CostList, Walked: 110, Returned: 110, Bytes: 110 * 6000}, 50, 3623182 * time.Nanosecond},
+		{"wider than a core", front.Cost{Kind: front.CostList, Walked: 60_000, Returned: 60_000, Bytes: 1 << 20}, 50, 0},
+		{"a GET", front.Cost{Kind: front.CostGet, Walked: 1, Returned: 1, Bytes: 5000}, 50, 0},
+		{"a plain watch", front.Cost{Kind: front.CostWatch}, 50, 0},
+		{"an empty LIST", front.Cost{Kind: front.CostList}, 50, 0},
+	} {
+		got := Linger(tc.c, Seats(tc.c), seatCPU, tc.seatsPerCore)
+		if d := got - tc.want; d < -time.Microsecond || d > time.Microsecond {
+			t.Errorf("%s: lingers %v, want %v", tc.name, got, tc.want)
+		}
+		we := Estimate(tc.c, seatCPU, tc.seatsPerCore)
+		if we.InitialSeats != Seats(tc.c) || we.AdditionalLatency != got {
+			t.Errorf("%s: estimate %+v, want %d seats lingering %v", tc.name, we, Seats(tc.c), got)
+		}
+		if got > 0 && we.FinalSeats != we.InitialSeats {
+			t.Errorf("%s: %d final seats, want its %d", tc.name, we.FinalSeats, we.InitialSeats)
+		}
+		if got == 0 && we.FinalSeats != 0 {
+			t.Errorf("%s: %d final seats and no linger", tc.name, we.FinalSeats)
+		}
+		// The seat-seconds charged while it runs on a core and after
+		// are the core's: seatsPerCore × its CPU time.
+		if got > 0 {
+			busy := cpuWork(tc.c) * float64(seatCPU)
+			charged := float64(we.InitialSeats)*busy + float64(we.FinalSeats)*float64(got)
+			if want := tc.seatsPerCore * busy; charged < want*0.999 || charged > want*1.001 {
+				t.Errorf("%s: %g seat-ns charged, want %g", tc.name, charged, want)
+			}
 		}
 	}
 }

@@ -28,6 +28,9 @@ type classified struct {
 	mu                        sync.Mutex
 	flowSchema, priorityLevel string
 	executed                  bool
+	// lingering is the seat-seconds its estimate holds after it ends
+	// (FinalSeats × AdditionalLatency; estimate.go).
+	lingering float64
 }
 
 type classifiedKey struct{}
@@ -51,6 +54,16 @@ func noteClassified(r *http.Request, fs, pl string) {
 	}
 }
 
+// noteLingering records the seat-seconds r's estimate holds after it
+// ends, if it has a classified.
+func noteLingering(r *http.Request, seatSeconds float64) {
+	if c := classifiedOf(r); c != nil {
+		c.mu.Lock()
+		c.lingering = seatSeconds
+		c.mu.Unlock()
+	}
+}
+
 // noteExecuted records that the filter let r's request execute.
 func noteExecuted(r *http.Request) {
 	if c := classifiedOf(r); c != nil {
@@ -58,6 +71,17 @@ func noteExecuted(r *http.Request) {
 		c.executed = true
 		c.mu.Unlock()
 	}
+}
+
+// lingered is the level and the seat-seconds held after the request
+// ended, when it executed ("" when it did not).
+func (c *classified) lingered() (pl string, seatSeconds float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.executed {
+		return "", 0
+	}
+	return c.priorityLevel, c.lingering
 }
 
 // rejected tells whether the request was classified and not executed,

@@ -3,6 +3,7 @@ package front_test
 import (
 	"bufio"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,10 +11,15 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 
 	"github.com/cachetier/cachetier/cache-server/internal/apf"
 	"github.com/cachetier/cachetier/cache-server/internal/front"
@@ -51,7 +57,7 @@ func TestSeatsOfRequestShapes(t *testing.T) {
 	const n, namespaces, nodes = 20_000, 20, 200
 	srv, stop := front.NewPodsServer(t, n, namespaces, nodes)
 	defer stop()
-	estimate := apf.Estimator(srv)
+	estimate := apf.Estimator(srv, 0, apf.SeatsPerCore)
 	seats := func(target, accept string) uint64 {
 		t.Helper()
 		return estimate(requestOf(t, target, accept), "global-default", "global-default").InitialSeats
@@ -125,19 +131,11 @@ func TestWatchListHoldsSeatsUntilInitialEventsEnd(t *testing.T) {
 	h := fairness.Filter(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		srv.ServeHTTP(gatedWriter{w, open}, r)
 	}))
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		info, err := infos.NewRequestInfo(r)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		ctx := request.WithUser(request.WithRequestInfo(r.Context(), info), &user.DefaultInfo{Name: "alice", Groups: []string{user.AllAuthenticated}})
-		h.ServeHTTP(w, r.WithContext(ctx))
-	}))
+	hs := authenticated(t, h)
 	defer hs.Close()
 
 	const watchList = "/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"
-	want := apf.Estimator(srv)(requestOf(t, watchList, ""), "", "").InitialSeats
+	want := apf.Estimator(srv, 0, apf.SeatsPerCore)(requestOf(t, watchList, ""), "", "").InitialSeats
 	if want < 5 {
 		t.Fatalf("a watch-list of %d pods estimated at %d seats", n, want)
 	}
@@ -201,9 +199,116 @@ func TestWatchListHoldsSeatsUntilInitialEventsEnd(t *testing.T) {
 	}
 	// After the bookmark: the seats are free, the watch still open.
 	waitFor("after the initial-events-end bookmark", func(v float64) bool { return v == 0 })
-	if got := apf.Estimator(srv)(requestOf(t, "/api/v1/pods?watch=true&resourceVersion=1500", ""), "", "").InitialSeats; got != 1 {
+	if got := apf.Estimator(srv, 0, apf.SeatsPerCore)(requestOf(t, "/api/v1/pods?watch=true&resourceVersion=1500", ""), "", "").InitialSeats; got != 1 {
 		t.Errorf("a plain watch: %d seats, want 1", got)
 	}
+}
+
+// authenticated serves h to requests of alice (what the chain's
+// authentication would have put in their context).
+func authenticated(t *testing.T, h http.Handler) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		info, err := infos.NewRequestInfo(r)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		ctx := request.WithUser(request.WithRequestInfo(r.Context(), info), &user.DefaultInfo{Name: "alice", Groups: []string{user.AllAuthenticated}})
+		h.ServeHTTP(w, r.WithContext(ctx))
+	}))
+}
+
+// TestListSeatsLingerForTheCoreTheyTook: through the priority and
+// fairness filter, a full LIST's seats stay in use after its response is
+// complete (its client does not wait for them) for apf.Linger, and the
+// next LIST of the level, which the level cannot hold beside them, waits
+// for them: back to back, a level's LISTs run at its seats' share of a
+// core.
+func TestListSeatsLingerForTheCoreTheyTook(t *testing.T) {
+	const n = 5000
+	srv, stop := front.NewPodsServer(t, n, 4, 50)
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// A slow core, so that the linger is long enough to see.
+	const seatCPU = 20 * time.Millisecond
+	const list = "/api/v1/pods"
+	we := apf.Estimator(srv, seatCPU, apf.SeatsPerCore)(requestOf(t, list, ""), "", "")
+	if we.AdditionalLatency < 200*time.Millisecond || we.FinalSeats != we.InitialSeats {
+		t.Fatalf("a full LIST of %d pods: %+v, want its seats lingering 200 ms or more", n, we)
+	}
+	// A level that queues (the mandatory catch-all rejects instead),
+	// neither lending nor borrowing, with room for one such LIST, not
+	// two: 100 of the 105 shares (the catch-all has 5).
+	const level = "lingering"
+	client := fake.NewClientset(
+		&flowcontrolv1.PriorityLevelConfiguration{ObjectMeta: metav1.ObjectMeta{Name: level}, Spec: flowcontrolv1.PriorityLevelConfigurationSpec{
+			Type: flowcontrolv1.PriorityLevelEnablementLimited, Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
+				NominalConcurrencyShares: ptr.To[int32](100), LendablePercent: ptr.To[int32](0),
+				LimitResponse: flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeQueue,
+					Queuing: &flowcontrolv1.QueuingConfiguration{Queues: 1, HandSize: 1, QueueLengthLimit: 10}}}}},
+		&flowcontrolv1.FlowSchema{ObjectMeta: metav1.ObjectMeta{Name: level}, Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: level}, MatchingPrecedence: 100,
+			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
+				Subjects:      []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: user.AllAuthenticated}}},
+				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}, ClusterScope: true, Namespaces: []string{"*"}}}}}}})
+	limit := int(we.InitialSeats) * 3 / 2
+	lingering := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lingering_seat_seconds_total"}, []string{"priority_level"})
+	fairness := apf.New(apf.Options{Client: client, ServerConcurrencyLimit: limit, Costs: srv, SeatCPU: seatCPU, Lingering: lingering, Log: logr.Discard()})
+	fairness.Start(ctx)
+	hs := authenticated(t, fairness.Filter(srv))
+	defer hs.Close()
+	gauge := func(name string) float64 {
+		t.Helper()
+		v, err := gaugeSum(name, level)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for gauge("apiserver_flowcontrol_nominal_limit_seats") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the level %q was not configured", level)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c := gauge("apiserver_flowcontrol_nominal_limit_seats"); c < float64(we.InitialSeats) || c >= 2*float64(we.InitialSeats) {
+		t.Fatalf("the level has %g seats; want room for one LIST of %d, not two", c, we.InitialSeats)
+	}
+	get := func() time.Duration {
+		t.Helper()
+		start := time.Now()
+		resp, err := hs.Client().Get(hs.URL + list)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("LIST: %d, %v", resp.StatusCode, err)
+		}
+		return time.Since(start)
+	}
+
+	first := get()
+	if seats, reqs := gauge("apiserver_flowcontrol_current_executing_seats"), gauge("apiserver_flowcontrol_current_executing_requests"); seats != float64(we.InitialSeats) || reqs != 0 {
+		t.Fatalf("after the first LIST's response: %g seats and %g requests executing, want its %d seats and no request", seats, reqs, we.InitialSeats)
+	}
+	second := get()
+	if second < we.AdditionalLatency*8/10 {
+		t.Errorf("the second LIST took %v (the first %v); want it to wait for the first's seats, %v", second, first, we.AdditionalLatency)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for gauge("apiserver_flowcontrol_current_executing_seats") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the seats were not released")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got, want := testutil.ToFloat64(lingering.WithLabelValues(level)), 2*float64(we.InitialSeats)*we.AdditionalLatency.Seconds(); got < want*0.999 || got > want*1.001 {
+		t.Errorf("lingering seat-seconds counted: %g, want %g", got, want)
+	}
+	t.Logf("%d seats lingering %v; LISTs took %v, then %v", we.InitialSeats, we.AdditionalLatency, first, second)
 }
 
 // gaugeSum is the sum of a served apiserver_flowcontrol_* gauge's series

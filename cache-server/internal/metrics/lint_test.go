@@ -15,8 +15,10 @@ import (
 // resource's indexed fields (a profile's fieldIndexes, at most 16, and the
 // apiserver's own), and the
 // fixed outcome/type/reason/path/result values the code sets; version is
-// go_info's (one value per binary).
-var boundedLabels = []string{"verb", "resource", "code", "outcome", "type", "reason", "shard", "path", "result", "version", "index", "review"}
+// go_info's (one value per binary); priority_level the cluster's
+// PriorityLevelConfigurations (a handful, as kube-apiserver's
+// apiserver_flowcontrol_* series carry).
+var boundedLabels = []string{"verb", "resource", "code", "outcome", "type", "reason", "shard", "path", "result", "version", "index", "review", "priority_level"}
 
 // TestMetricNamesFollowConventions lints everything a cache-server
 // registers (its own metrics and Go's runtime and process collectors, as

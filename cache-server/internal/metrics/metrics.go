@@ -80,6 +80,9 @@ type Metrics struct {
 	// APFConfigSynced: no labels; set (0, then 1) where priority and
 	// fairness runs (standalone, fronts; package apf).
 	APFConfigSynced *prometheus.GaugeVec
+	// APFLingering: priority_level; seat-seconds requests held after
+	// they ended (package apf, estimate.go).
+	APFLingering *prometheus.CounterVec
 	// RequestDeadlineExceeded: verb; requests still running at the
 	// request deadline (package deadline), cut there.
 	RequestDeadlineExceeded *prometheus.CounterVec
@@ -285,6 +288,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_priority_and_fairness_config_synced",
 		Help: "1 once priority and fairness has read the cluster's FlowSchemas and PriorityLevelConfigurations, 0 before (requests are then classified by the mandatory catch-all level); absent where it does not run (shards).",
 	}, nil)
+	m.APFLingering = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_priority_and_fairness_lingering_seat_seconds_total",
+		Help: "Seat-seconds that LISTs and watch-lists held after they ended, by priority level: the rest of the core such a request ran on, charged so that a level's seats bound its CPU (docs/priority-and-fairness.md). Over the level's current limit, the share of its seats held this way.",
+	}, []string{"priority_level"})
 	m.RequestDeadlineExceeded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_request_deadline_exceeded_total",
 		Help: "Requests other than watches still running at the request deadline (60 s, kube-apiserver's --request-timeout), by verb: cut there, a slow client's LIST releases what it held.",
@@ -292,7 +299,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, verb := range []string{"get", "list"} {
 		m.RequestDeadlineExceeded.WithLabelValues(verb)
 	}
-	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit, m.APFConfigSynced, m.RequestDeadlineExceeded)
+	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit, m.APFConfigSynced, m.APFLingering, m.RequestDeadlineExceeded)
 	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark, m.FleetLatestReadsRefreshed)
 	m.TableErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_table_errors_total",

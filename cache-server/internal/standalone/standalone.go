@@ -182,7 +182,7 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	var fairness func(http.Handler) http.Handler
 	if !cfg.DisablePriorityAndFairness {
-		fairness = apf.Run(ctx, authClient, cfg.Spec.ServerConcurrencyLimit, api, m.APFConfigSynced.WithLabelValues(), cfg.Log).Filter
+		fairness = apf.Run(ctx, authClient, cfg.Spec.ServerConcurrencyLimit, api, m.APFConfigSynced.WithLabelValues(), m.APFLingering, cfg.Log).Filter
 	}
 	return serving.Run(ctx, serving.Config{
 		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: authClient, Paths: paths,
