@@ -245,6 +245,12 @@ type floodPhase struct {
 	// holding the 99th percentile of the node's LISTs in the phase (0: not
 	// a tier, or no LIST recorded).
 	handlerP99 float64
+	// levelLimit is the mean current limit, in seats, of the flooder's
+	// priority level (global-default) on a tier, and levelLingering the
+	// share of it that requests held after they ended (the tier's
+	// cachetier_priority_and_fairness_lingering_seat_seconds_total);
+	// 0 for the apiserver.
+	levelLimit, levelLingering float64
 	// serverRunQueue and benchRunQueue are how long the server's threads
 	// (all its processes) and the bench's own (the victims' client)
 	// waited for a core, per second of the phase (runQueueMeter).
@@ -331,14 +337,21 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 		}
 	}
 	before := tierNodeListBuckets(s)
+	_, lingered0, _ := tierLevelSeats(s, floodLevel)
+	var limits []float64
 	// Peak RSS and CPU of the server's processes over the phase.
 	cpu0, api0, t0 := cpuTicksAll(s.pids), cpuTicksAll([]int{s.apiPID}), time.Now()
 	serverRQ, benchRQ := newRunQueueMeter(s.pids), newRunQueueMeter([]int{os.Getpid()})
 	tick := time.NewTicker(250 * time.Millisecond)
-	for ctx.Err() == nil {
+	for n := 0; ctx.Err() == nil; n++ {
 		ph.peakRSS = max(ph.peakRSS, rssAll(s.pids))
 		serverRQ.sample()
 		benchRQ.sample()
+		if n%20 == 10 { // every 5 s: the tier's /metrics is not free
+			if limit, _, ok := tierLevelSeats(s, floodLevel); ok {
+				limits = append(limits, limit)
+			}
+		}
 		select {
 		case <-ctx.Done():
 		case <-tick.C:
@@ -363,7 +376,53 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 	ph.nodeP50, ph.nodeP99 = ph.node.quantile(0.5), ph.node.quantile(0.99)
 	ph.getP50, ph.getP99 = ph.workload.quantile(0.5), ph.workload.quantile(0.99)
 	ph.handlerP99 = bucketQuantile(before, tierNodeListBuckets(s), 0.99)
+	if _, lingered, ok := tierLevelSeats(s, floodLevel); ok && len(limits) > 0 {
+		for _, l := range limits {
+			ph.levelLimit += l / float64(len(limits))
+		}
+		ph.levelLingering = (lingered - lingered0) / (ph.levelLimit * ph.elapsed.Seconds())
+	}
 	return ph, nil
+}
+
+// floodLevel is the flooder's priority level (a user in no group of
+// its own: global-default).
+const floodLevel = "global-default"
+
+// tierLevelSeats reads from a tier's /metrics the current limit of a
+// priority level, in seats, and the seat-seconds its requests held
+// after they ended so far; not ok for the apiserver or when unread.
+func tierLevelSeats(s floodServer, level string) (limit, lingered float64, ok bool) {
+	if s.admin == nil || s.key == "apiserver" {
+		return 0, 0, false
+	}
+	body, err := getOK(s.admin, "/metrics")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 0, 0, false
+	}
+	want := `priority_level="` + level + `"`
+	var found bool
+	for line := range strings.SplitSeq(string(body), "\n") {
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok || (name != "apiserver_flowcontrol_current_limit_seats" && name != "cachetier_priority_and_fairness_lingering_seat_seconds_total") {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok || !strings.Contains(labels, want) {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		if name == "apiserver_flowcontrol_current_limit_seats" {
+			limit, found = v, true
+		} else {
+			lingered = v
+		}
+	}
+	return limit, lingered, found
 }
 
 // floodServerList is -flood-servers checked, before anything starts.
@@ -448,7 +507,7 @@ func runFlood(ctx context.Context, o options, f *floodOptions) error {
 		fmt.Printf("placement: %s\n", placement)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "server\tphase\tnode LIST p50 ms\tp99 ms\tp99 / unloaded\tworkload GET p50 ms\tp99 ms\tp99 / unloaded\tvictims' failures\tflooder 200\t429\t429 share\t429 with Retry-After\t5xx (all)\tdropped (all)\tpeak RSS MiB\tCPU cores\ttier handler p99 ms\tserver run-queue wait ms/s\tbench run-queue wait ms/s\tapiserver CPU cores\t")
+	fmt.Fprintln(tw, "server\tphase\tnode LIST p50 ms\tp99 ms\tp99 / unloaded\tworkload GET p50 ms\tp99 ms\tp99 / unloaded\tvictims' failures\tflooder 200\t429\t429 share\t429 with Retry-After\t5xx (all)\tdropped (all)\tpeak RSS MiB\tCPU cores\ttier handler p99 ms\tserver run-queue wait ms/s\tbench run-queue wait ms/s\tapiserver CPU cores\tflooder's level seats (lingering)\t")
 	for _, s := range servers {
 		if err := runFloodServer(tw, s, ids, f, o, placement); err != nil {
 			return err
@@ -533,7 +592,7 @@ func runFloodServer(tw io.Writer, s floodServer, ids floodIdentities, f *floodOp
 // rounds, CPU and run-queue waits averaged over the rounds' time.
 func poolFloodPhases(phs []*floodPhase) *floodPhase {
 	out := &floodPhase{name: phs[0].name, node: &floodTally{}, workload: &floodTally{}, flooder: &floodTally{}}
-	var cpu, api, serverRQ, benchRQ float64
+	var cpu, api, serverRQ, benchRQ, limit, lingering float64
 	for _, ph := range phs {
 		out.node.pool(ph.node)
 		out.workload.pool(ph.workload)
@@ -547,12 +606,18 @@ func poolFloodPhases(phs []*floodPhase) *floodPhase {
 		api += float64(ph.apiMilliCores) * sec
 		serverRQ += float64(ph.serverRunQueue) * sec
 		benchRQ += float64(ph.benchRunQueue) * sec
+		limit += ph.levelLimit * sec
+		lingering += ph.levelLingering * ph.levelLimit * sec
 	}
 	if sec := out.elapsed.Seconds(); sec > 0 {
 		out.cpuMilliCores = uint64(cpu / sec)
 		out.apiMilliCores = uint64(api / sec)
 		out.serverRunQueue = time.Duration(serverRQ / sec)
 		out.benchRunQueue = time.Duration(benchRQ / sec)
+		out.levelLimit = limit / sec
+	}
+	if limit > 0 {
+		out.levelLingering = lingering / limit
 	}
 	out.nodeP50, out.nodeP99 = out.node.quantile(0.5), out.node.quantile(0.99)
 	out.getP50, out.getP99 = out.workload.quantile(0.5), out.workload.quantile(0.99)
@@ -579,11 +644,15 @@ func writeFloodRow(w io.Writer, server string, ph, base *floodPhase) {
 	if ph.handlerP99 > 0 {
 		handler = fmt.Sprintf("<= %g", ph.handlerP99*1000)
 	}
-	fmt.Fprintf(w, "%s\t%s\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%.2f\t%s\t%.0f\t%.0f\t%.2f\t\n",
+	level := "-"
+	if ph.levelLimit > 0 {
+		level = fmt.Sprintf("%.0f (%.0f%%)", ph.levelLimit, 100*ph.levelLingering)
+	}
+	fmt.Fprintf(w, "%s\t%s\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%.2f\t%s\t%.0f\t%.0f\t%.2f\t%s\t\n",
 		server, ph.name, ms(ph.nodeP50), ms(ph.nodeP99), ratio(ph.nodeP99, base.nodeP99), ms(ph.getP50), ms(ph.getP99), ratio(ph.getP99, base.getP99),
 		victimsFailed, fl.OK, fl.TooMany, share, ra,
 		fl.S5x+ph.node.S5x+ph.workload.S5x, fl.Dropped+ph.node.Dropped+ph.workload.Dropped+int(ph.watchDrops),
-		ph.peakRSS>>20, float64(ph.cpuMilliCores)/1000, handler, ms(ph.serverRunQueue), ms(ph.benchRunQueue), float64(ph.apiMilliCores)/1000)
+		ph.peakRSS>>20, float64(ph.cpuMilliCores)/1000, handler, ms(ph.serverRunQueue), ms(ph.benchRunQueue), float64(ph.apiMilliCores)/1000, level)
 }
 
 // floodUsers makes the three identities and lets every authenticated user

@@ -91,6 +91,9 @@ func TestPoolFloodPhases(t *testing.T) {
 			ph.flooder.add(http.StatusTooManyRequests, i%2 == 0, time.Millisecond, nil)
 		}
 		ph.node.lat[59] = slowest
+		// The flooder's level: 40, 50, 60 seats, a quarter of them
+		// lingering.
+		ph.levelLimit, ph.levelLingering = float64(cpu)/10-30, 0.25
 		return ph
 	}
 	phs := []*floodPhase{round(30*time.Millisecond, 700, 200<<20), round(8*time.Millisecond, 800, 210<<20), round(5*time.Millisecond, 900, 205<<20)}
@@ -106,6 +109,9 @@ func TestPoolFloodPhases(t *testing.T) {
 	}
 	if got.cpuMilliCores != 800 || got.apiMilliCores != 400 || got.peakRSS != 210<<20 || got.serverRunQueue != 800*time.Millisecond || got.elapsed != 3*time.Minute {
 		t.Errorf("cpu %d, rss %d, run queue %v, elapsed %v", got.cpuMilliCores, got.peakRSS, got.serverRunQueue, got.elapsed)
+	}
+	if got.levelLimit != 50 || got.levelLingering != 0.25 {
+		t.Errorf("the flooder's level: %g seats, %g lingering; want 50, 0.25", got.levelLimit, got.levelLingering)
 	}
 	if len(phs[0].node.lat) != 60 {
 		t.Errorf("pooling changed a round: %d samples", len(phs[0].node.lat))
