@@ -471,7 +471,8 @@ var rejected = regexp.MustCompile(`^apiserver_flowcontrol_rejected_requests_tota
 
 // checkMetrics: /metrics shows the rejections by priority level and flow
 // schema — the flooder's global-default, nothing for the kubelets' and
-// the controller's levels.
+// the controller's levels — and the seats its LISTs held after they
+// ended.
 func checkMetrics(t *testing.T, ids identities, tgt target, pid int, _ *floodResult) {
 	t.Helper()
 	resp, err := tgt.client(ids.admin).Get(tgt.url + "/metrics")
@@ -503,6 +504,17 @@ func checkMetrics(t *testing.T, ids identities, tgt target, pid int, _ *floodRes
 	}
 	if !found {
 		t.Errorf("no rejections of flow global-default at level global-default on /metrics (pid %d)", pid)
+	}
+	// The flooder's LISTs that executed kept their seats after they ended
+	// (package apf, estimate.go).
+	lingered := 0.0
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, `cachetier_priority_and_fairness_lingering_seat_seconds_total{priority_level="global-default"} `); ok {
+			lingered, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	if lingered <= 0 {
+		t.Errorf("no lingering seat-seconds at level global-default on /metrics (pid %d)", pid)
 	}
 	for _, family := range []string{"apiserver_flowcontrol_current_inqueue_requests", "apiserver_flowcontrol_nominal_limit_seats", "apiserver_flowcontrol_work_estimated_seats", "cachetier_priority_and_fairness_config_synced 1"} {
 		if !strings.Contains(body, family) {
