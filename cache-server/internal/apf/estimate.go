@@ -158,10 +158,9 @@ func Estimator(costs Coster, seatCPU time.Duration, seatsPerCore float64) fcrequ
 		seatCPU = DefaultSeatCPU
 	}
 	return func(r *http.Request, flowSchema, priorityLevel string) fcrequest.WorkEstimate {
-		noteClassified(r, flowSchema, priorityLevel)
 		info, _ := request.RequestInfoFrom(r.Context())
 		we := Estimate(costs.Cost(r, info), seatCPU, seatsPerCore)
-		noteLingering(r, float64(we.FinalSeats)*we.AdditionalLatency.Seconds())
+		noteClassified(r, flowSchema, priorityLevel, float64(we.FinalSeats)*we.AdditionalLatency.Seconds())
 		return we
 	}
 }

@@ -45,21 +45,12 @@ func classifiedOf(r *http.Request) *classified {
 	return c
 }
 
-// noteClassified records fs and pl on r's classified, if it has one.
-func noteClassified(r *http.Request, fs, pl string) {
+// noteClassified records fs and pl on r's classified, if it has one,
+// and the seat-seconds its estimate holds after it ends.
+func noteClassified(r *http.Request, fs, pl string, lingering float64) {
 	if c := classifiedOf(r); c != nil {
 		c.mu.Lock()
-		c.flowSchema, c.priorityLevel = fs, pl
-		c.mu.Unlock()
-	}
-}
-
-// noteLingering records the seat-seconds r's estimate holds after it
-// ends, if it has a classified.
-func noteLingering(r *http.Request, seatSeconds float64) {
-	if c := classifiedOf(r); c != nil {
-		c.mu.Lock()
-		c.lingering = seatSeconds
+		c.flowSchema, c.priorityLevel, c.lingering = fs, pl, lingering
 		c.mu.Unlock()
 	}
 }
