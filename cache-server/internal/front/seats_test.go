@@ -139,27 +139,10 @@ func TestWatchListHoldsSeatsUntilInitialEventsEnd(t *testing.T) {
 	if want < 5 {
 		t.Fatalf("a watch-list of %d pods estimated at %d seats", n, want)
 	}
-	executing := func() float64 {
-		t.Helper()
-		v, err := gaugeSum("apiserver_flowcontrol_current_executing_seats", "catch-all")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	const executing = "apiserver_flowcontrol_current_executing_seats"
 	waitFor := func(what string, ok func(float64) bool) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			v := executing()
-			if ok(v) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: catch-all executes %g seats", what, v)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitForLevelGauge(t, executing, "catch-all", what, ok)
 	}
 
 	respc := make(chan *http.Response, 1)
@@ -176,7 +159,7 @@ func TestWatchListHoldsSeatsUntilInitialEventsEnd(t *testing.T) {
 	// Writing its initial events, the watch-list holds its estimate.
 	waitFor("while its initial events are written", func(v float64) bool { return v == float64(want) })
 	time.Sleep(200 * time.Millisecond)
-	if v := executing(); v != float64(want) {
+	if v := levelGauge(t, executing, "catch-all"); v != float64(want) {
 		t.Fatalf("catch-all executes %g seats before the bookmark, want %d", v, want)
 	}
 	close(open)
@@ -260,19 +243,9 @@ func TestListSeatsLingerForTheCoreTheyTook(t *testing.T) {
 	defer hs.Close()
 	gauge := func(name string) float64 {
 		t.Helper()
-		v, err := gaugeSum(name, level)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
+		return levelGauge(t, name, level)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for gauge("apiserver_flowcontrol_nominal_limit_seats") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the level %q was not configured", level)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitForLevelGauge(t, "apiserver_flowcontrol_nominal_limit_seats", level, "the level's configuration", func(v float64) bool { return v > 0 })
 	if c := gauge("apiserver_flowcontrol_nominal_limit_seats"); c < float64(we.InitialSeats) || c >= 2*float64(we.InitialSeats) {
 		t.Fatalf("the level has %g seats; want room for one LIST of %d, not two", c, we.InitialSeats)
 	}
@@ -298,25 +271,37 @@ func TestListSeatsLingerForTheCoreTheyTook(t *testing.T) {
 	if second < we.AdditionalLatency*8/10 {
 		t.Errorf("the second LIST took %v (the first %v); want it to wait for the first's seats, %v", second, first, we.AdditionalLatency)
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for gauge("apiserver_flowcontrol_current_executing_seats") != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the seats were not released")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitForLevelGauge(t, "apiserver_flowcontrol_current_executing_seats", level, "the seats' release", func(v float64) bool { return v == 0 })
 	if got, want := testutil.ToFloat64(lingering.WithLabelValues(level)), 2*float64(we.InitialSeats)*we.AdditionalLatency.Seconds(); got < want*0.999 || got > want*1.001 {
 		t.Errorf("lingering seat-seconds counted: %g, want %g", got, want)
 	}
 	t.Logf("%d seats lingering %v; LISTs took %v, then %v", we.InitialSeats, we.AdditionalLatency, first, second)
 }
 
-// gaugeSum is the sum of a served apiserver_flowcontrol_* gauge's series
-// at a priority level.
-func gaugeSum(name, level string) (float64, error) {
+// waitForLevelGauge waits up to 30 s for a served apiserver_flowcontrol_*
+// gauge at a priority level to satisfy ok.
+func waitForLevelGauge(t *testing.T, name, level, what string, ok func(float64) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		v := levelGauge(t, name, level)
+		if ok(v) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s at %s is %g", what, name, level, v)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// levelGauge is the sum of a served apiserver_flowcontrol_* gauge's
+// series at a priority level.
+func levelGauge(t *testing.T, name, level string) float64 {
+	t.Helper()
 	mfs, err := apf.Gatherer().Gather()
 	if err != nil {
-		return 0, err
+		t.Fatal(err)
 	}
 	var sum float64
 	for _, mf := range mfs {
@@ -331,5 +316,5 @@ func gaugeSum(name, level string) (float64, error) {
 			}
 		}
 	}
-	return sum, nil
+	return sum
 }
