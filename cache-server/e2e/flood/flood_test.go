@@ -39,6 +39,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/cache-server/internal/seatcpu"
 	"github.com/cachetier/cachetier/controllers"
 	"github.com/cachetier/cachetier/hack/controlplane"
 	"github.com/cachetier/cachetier/hack/tierproc"
@@ -516,10 +517,39 @@ func checkMetrics(t *testing.T, ids identities, tgt target, pid int, _ *floodRes
 	if lingered <= 0 {
 		t.Errorf("no lingering seat-seconds at level global-default on /metrics (pid %d)", pid)
 	}
+	checkSeatCPU(t, body, pid)
 	for _, family := range []string{"apiserver_flowcontrol_current_inqueue_requests", "apiserver_flowcontrol_nominal_limit_seats", "apiserver_flowcontrol_work_estimated_seats", "cachetier_priority_and_fairness_config_synced 1"} {
 		if !strings.Contains(body, family) {
 			t.Errorf("/metrics has no %s", family)
 		}
+	}
+}
+
+// checkSeatCPU: the CPU per seat of read work the tier charges its LISTs
+// by (package seatcpu) is within its bounds, and a standalone tier
+// learned it under the flood; a fleet's front has its shards' reports
+// (a front's own LISTs under this flood may be too few to learn from).
+func checkSeatCPU(t *testing.T, body string, pid int) {
+	t.Helper()
+	gauges := map[string]float64{}
+	for _, line := range strings.Split(body, "\n") {
+		for _, name := range []string{"cachetier_seat_cpu_seconds ", `cachetier_fleet_shard_seat_cpu_seconds{resource="configmaps"} `} {
+			if v, ok := strings.CutPrefix(line, name); ok {
+				gauges[name], _ = strconv.ParseFloat(v, 64)
+				t.Logf("%s", line)
+			}
+		}
+	}
+	own, ok := gauges["cachetier_seat_cpu_seconds "]
+	if !ok || own < seatcpu.Min.Seconds() || own > seatcpu.Max.Seconds() {
+		t.Errorf("cachetier_seat_cpu_seconds %g (present: %v) on /metrics (pid %d), want within [%v, %v]", own, ok, pid, seatcpu.Min, seatcpu.Max)
+	}
+	shards, front := gauges[`cachetier_fleet_shard_seat_cpu_seconds{resource="configmaps"} `]
+	switch {
+	case front && (shards < seatcpu.Min.Seconds() || shards > seatcpu.Max.Seconds()):
+		t.Errorf("the front's shards report %g s per seat (pid %d), want within [%v, %v]", shards, pid, seatcpu.Min, seatcpu.Max)
+	case !front && own == seatcpu.Default.Seconds():
+		t.Errorf("the standalone tier (pid %d) still charges the default %v per seat after the flood: nothing learned", pid, seatcpu.Default)
 	}
 }
 

@@ -47,6 +47,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cachetier/cachetier/cache-server/internal/front"
+	"github.com/cachetier/cachetier/cache-server/internal/seatcpu"
 )
 
 // RequestWaitLimit is how long a request may wait in its queue before it
@@ -78,8 +79,11 @@ type Options struct {
 	// Cores is the CPU the seats stand for (ProcessConcurrencyLimit); 0:
 	// SeatsPerCore seats per core.
 	Cores float64
-	// SeatCPU is how long a core takes for a seat's worth of a LIST's
-	// work (estimate.go); 0: DefaultSeatCPU.
+	// Learner learns how long a core takes for a seat's worth of a
+	// LIST's work (estimate.go) from the requests executed; nil:
+	// seatcpu.Default.
+	Learner *seatcpu.Learner
+	// SeatCPU, when set, is that time, fixed (tests).
 	SeatCPU time.Duration
 	// ConfigSynced, when set, is 1 once the configuration was read.
 	ConfigSynced prometheus.Gauge
@@ -170,12 +174,12 @@ func (a *APF) synced(ok bool) {
 // Run builds priority and fairness for a tier whose profile sets
 // spec.serverConcurrencyLimit to spec (nil: from the CPU) and starts it
 // until ctx ends.
-func Run(ctx context.Context, client kubernetes.Interface, spec *int32, costs Coster, synced prometheus.Gauge, lingering *prometheus.CounterVec, log logr.Logger) *APF {
+func Run(ctx context.Context, client kubernetes.Interface, spec *int32, costs Coster, learner *seatcpu.Learner, synced prometheus.Gauge, lingering *prometheus.CounterVec, log logr.Logger) *APF {
 	limit, cores, err := ProcessConcurrencyLimit(spec)
 	if err != nil {
 		log.Error(err, "reading the cgroup CPU limit; the concurrency limit is sized from GOMAXPROCS")
 	}
-	a := New(Options{Client: client, ServerConcurrencyLimit: limit, Cores: cores, Costs: costs, ConfigSynced: synced, Lingering: lingering, Log: log.WithName("apf")})
+	a := New(Options{Client: client, ServerConcurrencyLimit: limit, Cores: cores, Costs: costs, Learner: learner, ConfigSynced: synced, Lingering: lingering, Log: log.WithName("apf")})
 	a.Start(ctx)
 	return a
 }
@@ -200,10 +204,13 @@ func (a *APF) Filter(handler http.Handler) http.Handler {
 		if rejected, fs, pl := c.rejected(); rejected {
 			rejections.rejected(r, fs, pl)
 		}
-		if pl, seatSeconds := c.lingered(); pl != "" && a.opts.Lingering != nil {
-			// Every executed request adds, 0 for most: a level's series
-			// exists once it served anything.
-			a.opts.Lingering.WithLabelValues(pl).Add(seatSeconds)
+		if pl, seatSeconds, work := c.lingered(); pl != "" {
+			a.opts.Learner.Did(work)
+			if a.opts.Lingering != nil {
+				// Every executed request adds, 0 for most: a level's
+				// series exists once it served anything.
+				a.opts.Lingering.WithLabelValues(pl).Add(seatSeconds)
+			}
 		}
 	})
 }

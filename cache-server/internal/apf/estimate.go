@@ -9,6 +9,7 @@ import (
 	fcrequest "k8s.io/apiserver/pkg/util/flowcontrol/request"
 
 	"github.com/cachetier/cachetier/cache-server/internal/front"
+	"github.com/cachetier/cachetier/cache-server/internal/seatcpu"
 )
 
 // The work estimate: how many seats a request occupies while it executes.
@@ -47,8 +48,6 @@ import (
 // alone, and the requests of other flows with earlier virtual finish
 // times go first.
 const (
-	walkedPerSeat    = 1000
-	bytesPerSeat     = 1 << 20
 	heldBytesPerSeat = 100_000
 	// maxSeatsLimit is kube-apiserver's MaximumListSeatsLimit (with
 	// SizeBasedListCostEstimate, on by default since 1.34).
@@ -68,17 +67,9 @@ func Seats(c front.Cost) uint64 {
 }
 
 // cpuWork is the CPU a LIST or watch-list of cost c takes, in seats'
-// worth of work (walkedPerSeat objects or bytesPerSeat bytes each).
-func cpuWork(c front.Cost) float64 {
-	return float64(c.Walked)/walkedPerSeat + float64(c.Bytes)/bytesPerSeat
-}
-
-// DefaultSeatCPU is how long one core takes for a seat's worth of work
-// (cpuWork): the standalone tier on this project's 2-core machine served
-// 467 full LISTs of 10,000 1 KiB ConfigMaps a second (24 seats' worth
-// each) with a core, 2.1 ms each, TLS, HTTP/2 and garbage collection
-// included (docs/benchmarks.md, the floods).
-const DefaultSeatCPU = 100 * time.Microsecond
+// worth of work (seatcpu.Work: 1,000 objects walked or 1 MiB written
+// each).
+func cpuWork(c front.Cost) float64 { return seatcpu.Work(c.Walked, c.Bytes) }
 
 // The seats a request holds after it ends (the work estimate's
 // FinalSeats for AdditionalLatency, what kube-apiserver charges a write
@@ -115,7 +106,10 @@ const DefaultSeatCPU = 100 * time.Microsecond
 
 // Linger is how long a request of cost c, seats wide, keeps its seats
 // after it ends on a server of seatsPerCore seats per core whose core
-// does a seat's worth of work in seatCPU.
+// does a seat's worth of work in seatCPU (package seatcpu learns it), and
+// whose shards, for a fleet's front, in c.ShardSeatCPU more: a front's
+// seats stand for the fleet's CPU its requests take, its own and the
+// shards' that serve them.
 func Linger(c front.Cost, seats uint64, seatCPU time.Duration, seatsPerCore float64) time.Duration {
 	if c.Kind != front.CostList && c.Kind != front.CostWatchList {
 		return 0
@@ -123,7 +117,7 @@ func Linger(c front.Cost, seats uint64, seatCPU time.Duration, seatsPerCore floa
 	if seats == 0 || float64(seats) >= seatsPerCore {
 		return 0
 	}
-	busy := cpuWork(c) * float64(seatCPU)
+	busy := cpuWork(c) * float64(seatCPU+c.ShardSeatCPU)
 	return time.Duration(busy * (seatsPerCore/float64(seats) - 1))
 }
 
@@ -138,9 +132,15 @@ func Estimate(c front.Cost, seatCPU time.Duration, seatsPerCore float64) fcreque
 	return we
 }
 
-// estimator is the filter's WorkEstimatorFunc.
+// estimator is the filter's WorkEstimatorFunc: at the fixed SeatCPU
+// when set, else at what the learner has learned (seatcpu.Default
+// without one).
 func (a *APF) estimator() fcrequest.WorkEstimatorFunc {
-	return Estimator(a.opts.Costs, a.opts.SeatCPU, a.seatsPerCore())
+	seatCPU := a.opts.Learner.SeatCPU
+	if a.opts.SeatCPU > 0 {
+		seatCPU = func() time.Duration { return a.opts.SeatCPU }
+	}
+	return Estimator(a.opts.Costs, seatCPU, a.seatsPerCore())
 }
 
 // seatsPerCore is the server's seats over the cores they stand for.
@@ -151,16 +151,20 @@ func (a *APF) seatsPerCore() float64 {
 	return float64(a.opts.ServerConcurrencyLimit) / a.opts.Cores
 }
 
-// Estimator returns the work estimator over costs (Estimate; seatCPU 0
-// is DefaultSeatCPU).
-func Estimator(costs Coster, seatCPU time.Duration, seatsPerCore float64) fcrequest.WorkEstimatorFunc {
-	if seatCPU <= 0 {
-		seatCPU = DefaultSeatCPU
-	}
+// Estimator returns the work estimator over costs (Estimate at
+// seatCPU's current value). It notes on the request its level, the
+// seat-seconds it lingers and the work a LIST or watch-list does, which
+// the filter reports once it executed.
+func Estimator(costs Coster, seatCPU func() time.Duration, seatsPerCore float64) fcrequest.WorkEstimatorFunc {
 	return func(r *http.Request, flowSchema, priorityLevel string) fcrequest.WorkEstimate {
 		info, _ := request.RequestInfoFrom(r.Context())
-		we := Estimate(costs.Cost(r, info), seatCPU, seatsPerCore)
-		noteClassified(r, flowSchema, priorityLevel, float64(we.FinalSeats)*we.AdditionalLatency.Seconds())
+		c := costs.Cost(r, info)
+		we := Estimate(c, seatCPU(), seatsPerCore)
+		var work float64
+		if c.Kind == front.CostList || c.Kind == front.CostWatchList {
+			work = cpuWork(c)
+		}
+		noteClassified(r, flowSchema, priorityLevel, float64(we.FinalSeats)*we.AdditionalLatency.Seconds(), work)
 		return we
 	}
 }

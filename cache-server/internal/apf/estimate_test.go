@@ -53,6 +53,9 @@ func TestLinger(t *testing.T) {
 		// A node's 110 pods: 0.74 seats' worth, one seat charged; 49 ×
 		// 73.9 µs.
 		{"a node's pods", front.Cost{Kind: front.CostList, Walked: 110, Returned: 110, Bytes: 110 * 6000}, 50, 3623182 * time.Nanosecond},
+		// A fleet's front: its shards' CPU (300 µs a seat's worth) on
+		// top of its own, 24 × 400 µs, 26 × 9.6 ms after as 24 seats.
+		{"10k ConfigMaps through a fleet", front.Cost{Kind: front.CostList, Walked: 10_000, Returned: 10_000, Bytes: 14 << 20, ShardSeatCPU: 300 * time.Microsecond}, 50, 10400 * time.Microsecond},
 		{"wider than a core", front.Cost{Kind: front.CostList, Walked: 60_000, Returned: 60_000, Bytes: 1 << 20}, 50, 0},
 		{"a GET", front.Cost{Kind: front.CostGet, Walked: 1, Returned: 1, Bytes: 5000}, 50, 0},
 		{"a plain watch", front.Cost{Kind: front.CostWatch}, 50, 0},
@@ -75,7 +78,7 @@ func TestLinger(t *testing.T) {
 		// The seat-seconds charged while it runs on a core and after
 		// are the core's: seatsPerCore × its CPU time.
 		if got > 0 {
-			busy := cpuWork(tc.c) * float64(seatCPU)
+			busy := cpuWork(tc.c) * float64(seatCPU+tc.c.ShardSeatCPU)
 			charged := float64(we.InitialSeats)*busy + float64(we.FinalSeats)*float64(got)
 			if want := tc.seatsPerCore * busy; charged < want*0.999 || charged > want*1.001 {
 				t.Errorf("%s: %g seat-ns charged, want %g", tc.name, charged, want)

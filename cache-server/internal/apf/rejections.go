@@ -31,6 +31,9 @@ type classified struct {
 	// lingering is the seat-seconds its estimate holds after it ends
 	// (FinalSeats × AdditionalLatency; estimate.go).
 	lingering float64
+	// work is a LIST's or watch-list's seats' worth of work (the
+	// learner's unit, seatcpu.Work).
+	work float64
 }
 
 type classifiedKey struct{}
@@ -46,11 +49,11 @@ func classifiedOf(r *http.Request) *classified {
 }
 
 // noteClassified records fs and pl on r's classified, if it has one,
-// and the seat-seconds its estimate holds after it ends.
-func noteClassified(r *http.Request, fs, pl string, lingering float64) {
+// the seat-seconds its estimate holds after it ends and its work.
+func noteClassified(r *http.Request, fs, pl string, lingering, work float64) {
 	if c := classifiedOf(r); c != nil {
 		c.mu.Lock()
-		c.flowSchema, c.priorityLevel, c.lingering = fs, pl, lingering
+		c.flowSchema, c.priorityLevel, c.lingering, c.work = fs, pl, lingering, work
 		c.mu.Unlock()
 	}
 }
@@ -64,15 +67,15 @@ func noteExecuted(r *http.Request) {
 	}
 }
 
-// lingered is the level and the seat-seconds held after the request
-// ended, when it executed ("" when it did not).
-func (c *classified) lingered() (pl string, seatSeconds float64) {
+// lingered is the level, the seat-seconds held after the request ended
+// and its work, when it executed ("" when it did not).
+func (c *classified) lingered() (pl string, seatSeconds, work float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.executed {
-		return "", 0
+		return "", 0, 0
 	}
-	return c.priorityLevel, c.lingering
+	return c.priorityLevel, c.lingering, c.work
 }
 
 // rejected tells whether the request was classified and not executed,

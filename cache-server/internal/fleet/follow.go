@@ -122,7 +122,7 @@ func (s *Source) stream(ctx context.Context, i int, from uint64, started func())
 		case shardwire.KindWatermark:
 			s.uncached.Store(rec.Header.Uncached)
 			if rec.Header.Sizes != nil {
-				s.setSizes(i, *rec.Header.Sizes)
+				s.setSizes(i, *rec.Header.Sizes, time.Duration(rec.Header.SeatCPU))
 			}
 			if first {
 				s.restart(i, rec.Header.RV)

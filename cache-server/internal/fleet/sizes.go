@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"time"
+
 	"github.com/cachetier/cachetier/cache-server/internal/front"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
 )
@@ -12,12 +14,39 @@ import (
 // or per value (the shards know the exact counts, but asking them would
 // put a round trip in front of every request).
 
-var _ front.Sizer = (*Source)(nil)
+var (
+	_ front.Sizer       = (*Source)(nil)
+	_ front.ShardCoster = (*Source)(nil)
+)
 
-func (s *Source) setSizes(i int, sz store.Sizes) {
+// setSizes records shard i's sizes and CPU per seat's worth of work (0:
+// not reported, a shard of an older version).
+func (s *Source) setSizes(i int, sz store.Sizes, seatCPU time.Duration) {
 	s.mu.Lock()
-	s.sizes[i] = sz
+	s.sizes[i], s.seatCPU[i] = sz, seatCPU
 	s.mu.Unlock()
+	s.metrics.FleetShardSeatCPU.WithLabelValues(s.label).Set(s.ShardSeatCPU().Seconds())
+}
+
+// ShardSeatCPU is the CPU the shards take per seat's worth of a read's
+// work, beside the front's own: the mean of what they report. A read's
+// work is split among the shards by hash, each doing its share at its
+// own cost, so the fleet's CPU for a read is its work times the mean.
+func (s *Source) ShardSeatCPU() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var sum time.Duration
+	var n int
+	for _, d := range s.seatCPU {
+		if d > 0 {
+			sum += d
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / time.Duration(n)
 }
 
 // Count estimates the objects a read of namespace ns ("" = all) restricted

@@ -49,8 +49,10 @@ type Source struct {
 	// streaming is, per shard, the endpoint of the replica its change
 	// stream is read from ("" while reconnecting).
 	streaming []string
-	// sizes are the shards' latest reported sizes (sizes.go).
-	sizes []store.Sizes
+	// sizes are the shards' latest reported sizes, seatCPU their CPU
+	// per seat's worth of work (sizes.go).
+	sizes   []store.Sizes
+	seatCPU []time.Duration
 }
 
 var (
@@ -79,7 +81,7 @@ func NewSource(opts Options) *Source {
 		client: opts.Client, metrics: opts.Metrics, log: opts.Log, freshness: opts.FreshnessTimeout,
 		synced: make(chan struct{}),
 		starts: make([]uint64, n), wm: make([]uint64, n), queues: make([][]store.Event, n), streaming: make([]string, n),
-		sizes: make([]store.Sizes, n),
+		sizes: make([]store.Sizes, n), seatCPU: make([]time.Duration, n),
 	}
 	s.rvFetch = coalesce.New(s.fetchCurrentRV)
 	// The series exists from the start: a refresh is rare, and its panel

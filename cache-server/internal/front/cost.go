@@ -2,6 +2,7 @@ package front
 
 import (
 	"net/http"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -54,6 +55,10 @@ type Cost struct {
 	// per object; a Table decodes and prints every object); the charge
 	// is kept until it is measured as CPU (issue 21).
 	Held int64
+	// ShardSeatCPU is the CPU that the processes behind the source take
+	// per seat's worth of the read, beside this one's own: a fleet's
+	// shards (ShardCoster); 0 for a local store.
+	ShardSeatCPU time.Duration
 }
 
 // Sizer is a Source that can tell how many objects a read walks:
@@ -63,6 +68,13 @@ type Sizer interface {
 	// Count is the objects a read of namespace ns ("" = all),
 	// restricted to iv when iv.Field is set, walks, and their bytes.
 	Count(ns string, iv store.IndexValue) (objects, bytes int64)
+}
+
+// ShardCoster is a Source whose reads are also other processes' work: a
+// fleet's Source, whose shards report the CPU they take per seat's
+// worth of work (package seatcpu).
+type ShardCoster interface {
+	ShardSeatCPU() time.Duration
 }
 
 // Count reads the store's counts.
@@ -133,6 +145,9 @@ func (s *Server) Cost(r *http.Request, info *request.RequestInfo) Cost {
 	}
 	objects, bytes := sizer.Count(ns, iv)
 	c := Cost{Kind: CostList, Walked: objects, Returned: objects, Bytes: bytes}
+	if sc, ok := res.Source.(ShardCoster); ok {
+		c.ShardSeatCPU = sc.ShardSeatCPU()
+	}
 	if info.Verb == "watch" {
 		c.Kind = CostWatchList
 		return c

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -129,6 +130,43 @@ func TestInitialCapacity(t *testing.T) {
 	} {
 		if got := initialCapacity(res, tc.req); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// shardCostingSource is a store read as a fleet's front reads it: its
+// shards report their CPU per seat's worth of work.
+type shardCostingSource struct {
+	LocalSource
+	cpu time.Duration
+}
+
+func (s shardCostingSource) ShardSeatCPU() time.Duration { return s.cpu }
+
+// TestCostCarriesTheShardsCPU: a front's LISTs and watch-lists carry its
+// shards' CPU per seat's worth of work, which its estimator charges
+// beside its own; a local store's carry none.
+func TestCostCarriesTheShardsCPU(t *testing.T) {
+	bt := newBenchTierFields(t, benchObjects(100, 1024), true, false)
+	defer bt.stop()
+	infos := &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
+	cost := func(srv *Server, target string) Cost {
+		t.Helper()
+		r := httptest.NewRequest(http.MethodGet, target, nil)
+		info, err := infos.NewRequestInfo(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv.Cost(r, info)
+	}
+	const shardCPU = 300 * time.Microsecond
+	front := serverOver(t, bt, shardCostingSource{LocalSource: LocalSource{Ingester: bt.ing}, cpu: shardCPU})
+	for _, target := range []string{"/api/v1/configmaps", "/api/v1/configmaps?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"} {
+		if c := cost(front, target); c.ShardSeatCPU != shardCPU || c.Walked != 100 {
+			t.Errorf("%s on a front: %+v, want the shards' %v", target, c, shardCPU)
+		}
+		if c := cost(bt.srv, target); c.ShardSeatCPU != 0 || c.Walked != 100 {
+			t.Errorf("%s on a local store: %+v, want no shards' CPU", target, c)
 		}
 	}
 }

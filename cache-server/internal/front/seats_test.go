@@ -23,6 +23,7 @@ import (
 
 	"github.com/cachetier/cachetier/cache-server/internal/apf"
 	"github.com/cachetier/cachetier/cache-server/internal/front"
+	"github.com/cachetier/cachetier/cache-server/internal/seatcpu"
 )
 
 // The priority-and-fairness work estimate of the requests real clients
@@ -57,7 +58,7 @@ func TestSeatsOfRequestShapes(t *testing.T) {
 	const n, namespaces, nodes = 20_000, 20, 200
 	srv, stop := front.NewPodsServer(t, n, namespaces, nodes)
 	defer stop()
-	estimate := apf.Estimator(srv, 0, apf.SeatsPerCore)
+	estimate := apf.Estimator(srv, defaultSeatCPU, apf.SeatsPerCore)
 	seats := func(target, accept string) uint64 {
 		t.Helper()
 		return estimate(requestOf(t, target, accept), "global-default", "global-default").InitialSeats
@@ -135,7 +136,7 @@ func TestWatchListHoldsSeatsUntilInitialEventsEnd(t *testing.T) {
 	defer hs.Close()
 
 	const watchList = "/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"
-	want := apf.Estimator(srv, 0, apf.SeatsPerCore)(requestOf(t, watchList, ""), "", "").InitialSeats
+	want := apf.Estimator(srv, defaultSeatCPU, apf.SeatsPerCore)(requestOf(t, watchList, ""), "", "").InitialSeats
 	if want < 5 {
 		t.Fatalf("a watch-list of %d pods estimated at %d seats", n, want)
 	}
@@ -182,7 +183,7 @@ func TestWatchListHoldsSeatsUntilInitialEventsEnd(t *testing.T) {
 	}
 	// After the bookmark: the seats are free, the watch still open.
 	waitFor("after the initial-events-end bookmark", func(v float64) bool { return v == 0 })
-	if got := apf.Estimator(srv, 0, apf.SeatsPerCore)(requestOf(t, "/api/v1/pods?watch=true&resourceVersion=1500", ""), "", "").InitialSeats; got != 1 {
+	if got := apf.Estimator(srv, defaultSeatCPU, apf.SeatsPerCore)(requestOf(t, "/api/v1/pods?watch=true&resourceVersion=1500", ""), "", "").InitialSeats; got != 1 {
 		t.Errorf("a plain watch: %d seats, want 1", got)
 	}
 }
@@ -201,6 +202,10 @@ func authenticated(t *testing.T, h http.Handler) *httptest.Server {
 	}))
 }
 
+// defaultSeatCPU is the estimators' CPU per seat's worth of work before
+// a process has learned its own.
+func defaultSeatCPU() time.Duration { return seatcpu.Default }
+
 // TestListSeatsLingerForTheCoreTheyTook: through the priority and
 // fairness filter, a full LIST's seats stay in use after its response is
 // complete (its client does not wait for them) for apf.Linger, and the
@@ -216,7 +221,7 @@ func TestListSeatsLingerForTheCoreTheyTook(t *testing.T) {
 	// A slow core, so that the linger is long enough to see.
 	const seatCPU = 20 * time.Millisecond
 	const list = "/api/v1/pods"
-	we := apf.Estimator(srv, seatCPU, apf.SeatsPerCore)(requestOf(t, list, ""), "", "")
+	we := apf.Estimator(srv, func() time.Duration { return seatCPU }, apf.SeatsPerCore)(requestOf(t, list, ""), "", "")
 	if we.AdditionalLatency < 200*time.Millisecond || we.FinalSeats != we.InitialSeats {
 		t.Fatalf("a full LIST of %d pods: %+v, want its seats lingering 200 ms or more", n, we)
 	}
@@ -237,7 +242,9 @@ func TestListSeatsLingerForTheCoreTheyTook(t *testing.T) {
 				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}, ClusterScope: true, Namespaces: []string{"*"}}}}}}})
 	limit := int(we.InitialSeats) * 3 / 2
 	lingering := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lingering_seat_seconds_total"}, []string{"priority_level"})
-	fairness := apf.New(apf.Options{Client: client, ServerConcurrencyLimit: limit, Costs: srv, SeatCPU: seatCPU, Lingering: lingering, Log: logr.Discard()})
+	// The learner (not run: SeatCPU fixes the estimate) counts the work.
+	learner := seatcpu.New(nil, logr.Discard())
+	fairness := apf.New(apf.Options{Client: client, ServerConcurrencyLimit: limit, Costs: srv, Learner: learner, SeatCPU: seatCPU, Lingering: lingering, Log: logr.Discard()})
 	fairness.Start(ctx)
 	hs := authenticated(t, fairness.Filter(srv))
 	defer hs.Close()
@@ -274,6 +281,12 @@ func TestListSeatsLingerForTheCoreTheyTook(t *testing.T) {
 	waitForLevelGauge(t, "apiserver_flowcontrol_current_executing_seats", level, "the seats' release", func(v float64) bool { return v == 0 })
 	if got, want := testutil.ToFloat64(lingering.WithLabelValues(level)), 2*float64(we.InitialSeats)*we.AdditionalLatency.Seconds(); got < want*0.999 || got > want*1.001 {
 		t.Errorf("lingering seat-seconds counted: %g, want %g", got, want)
+	}
+	r := requestOf(t, list, "")
+	info, _ := request.RequestInfoFrom(r.Context())
+	c := srv.Cost(r, info)
+	if got, want := learner.Work(), 2*seatcpu.Work(c.Walked, c.Bytes); got < want-0.01 || got > want+0.01 {
+		t.Errorf("the learner counted %g seats' worth of work, want the two LISTs' %g", got, want)
 	}
 	t.Logf("%d seats lingering %v; LISTs took %v, then %v", we.InitialSeats, we.AdditionalLatency, first, second)
 }

@@ -48,6 +48,7 @@ type Metrics struct {
 	FleetShardCalls      *prometheus.CounterVec   // shard, verb, outcome
 	FleetStreamRestarts  *prometheus.CounterVec   // resource, shard, reason
 	FleetWatermark       *prometheus.GaugeVec     // resource, shard
+	FleetShardSeatCPU    *prometheus.GaugeVec     // resource
 	// FleetLatestReadsRefreshed: reads of the latest state served at the
 	// apiserver's current RV because a shard no longer held the merged
 	// watermark (fleet.Source.latestRV).
@@ -83,6 +84,9 @@ type Metrics struct {
 	// APFLingering: priority_level; seat-seconds requests held after
 	// they ended (package apf, estimate.go).
 	APFLingering *prometheus.CounterVec
+	// SeatCPU: no labels; the CPU a seat's worth of read work takes
+	// (package seatcpu), in every role.
+	SeatCPU prometheus.Gauge
 	// RequestDeadlineExceeded: verb; requests still running at the
 	// request deadline (package deadline), cut there.
 	RequestDeadlineExceeded *prometheus.CounterVec
@@ -260,6 +264,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_fleet_shard_watermark",
 		Help: "The resourceVersion up to which a front has every change of a shard; the front serves the minimum over shards.",
 	}, []string{"resource", "shard"})
+	m.FleetShardSeatCPU = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cachetier_fleet_shard_seat_cpu_seconds",
+		Help: "On a front, the CPU time the shards take for a seat's worth of a read's work (the mean of what they report, their cachetier_seat_cpu_seconds), which the front charges its LISTs beside its own.",
+	}, []string{"resource"})
 	m.FleetLatestReadsRefreshed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_fleet_latest_reads_refreshed_total",
 		Help: "Reads of the latest state (resourceVersion=0 LISTs, GETs) a front served at the apiserver's current resourceVersion, waiting as a consistent read, because a shard no longer held the front's merged watermark (every replica of it restarted since).",
@@ -292,6 +300,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_priority_and_fairness_lingering_seat_seconds_total",
 		Help: "Seat-seconds that LISTs and watch-lists held after they ended, by priority level: the rest of the core such a request ran on, charged so that a level's seats bound its CPU (docs/priority-and-fairness.md). Over the level's current limit, the share of its seats held this way.",
 	}, []string{"priority_level"})
+	m.SeatCPU = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "cachetier_seat_cpu_seconds",
+		Help: "CPU time this process takes for a seat's worth of a read's work (1,000 objects walked or 1 MiB written), learned from its own CPU time while it serves LISTs and watch-lists; priority and fairness charges a LIST's seats after it ends by it (a fleet's front adds its shards' values, which they report; docs/priority-and-fairness.md).",
+	})
 	m.RequestDeadlineExceeded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_request_deadline_exceeded_total",
 		Help: "Requests other than watches still running at the request deadline (60 s, kube-apiserver's --request-timeout), by verb: cut there, a slow client's LIST releases what it held.",
@@ -299,8 +311,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, verb := range []string{"get", "list"} {
 		m.RequestDeadlineExceeded.WithLabelValues(verb)
 	}
-	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit, m.APFConfigSynced, m.APFLingering, m.RequestDeadlineExceeded)
-	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark, m.FleetLatestReadsRefreshed)
+	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit, m.APFConfigSynced, m.APFLingering, m.SeatCPU, m.RequestDeadlineExceeded)
+	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark, m.FleetShardSeatCPU, m.FleetLatestReadsRefreshed)
 	m.TableErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_table_errors_total",
 		Help: "Table responses (kubectl get's server-side printing) that could not be built from stored objects, by resource; each is answered with an error Status and logged.",

@@ -19,6 +19,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/ingest"
 	"github.com/cachetier/cachetier/cache-server/internal/keyhash"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
+	"github.com/cachetier/cachetier/cache-server/internal/seatcpu"
 	"github.com/cachetier/cachetier/cache-server/internal/serving"
 	"github.com/cachetier/cachetier/cache-server/internal/shardserver"
 	"github.com/cachetier/cachetier/cache-server/internal/shardwire"
@@ -82,9 +83,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ProbeListener != nil {
 		defer serving.StartProbes(ctx, cfg.ProbeListener, reg, ready)()
 	}
+	learner := seatcpu.New(m.SeatCPU, cfg.Log.WithName("seatcpu"))
+	go learner.Run(ctx)
 	return serving.Run(ctx, serving.Config{
 		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: ingested.Client,
-		API: shardserver.New(ingested.Resources, shardwire.HashRange{First: cfg.First, Last: cfg.Last, Total: total}, m, cfg.Log), Registry: reg, Metrics: m,
+		API: shardserver.New(ingested.Resources, shardwire.HashRange{First: cfg.First, Last: cfg.Last, Total: total}, learner, m, cfg.Log), Registry: reg, Metrics: m,
 		Profiling: cfg.Profiling, Log: cfg.Log,
 		BeforeShutdown: func() {
 			for _, r := range ingested.Resources {

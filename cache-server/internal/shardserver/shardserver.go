@@ -30,6 +30,7 @@ import (
 
 	"github.com/cachetier/cachetier/cache-server/internal/ingest"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
+	"github.com/cachetier/cachetier/cache-server/internal/seatcpu"
 	"github.com/cachetier/cachetier/cache-server/internal/shardwire"
 	"github.com/cachetier/cachetier/cache-server/internal/store"
 	"github.com/cachetier/cachetier/cache-server/internal/watch"
@@ -42,6 +43,9 @@ type Server struct {
 	// range are refused (shardwire.ParamHashShards).
 	holds   shardwire.HashRange
 	metrics *metrics.Metrics
+	// seatCPU learns the replica's CPU per seat's worth of the lists it
+	// serves, sent to the fronts with its sizes.
+	seatCPU *seatcpu.Learner
 	log     logr.Logger
 	pools   *shardwire.Pools
 	// bufs pools the write buffers of compressed lists (an encoder writes
@@ -49,9 +53,10 @@ type Server struct {
 	bufs sync.Pool
 }
 
-// New returns the handler of a replica that holds the hash shards holds.
-func New(resources []ingest.Resource, holds shardwire.HashRange, m *metrics.Metrics, log logr.Logger) *Server {
-	s := &Server{resources: map[string]ingest.Resource{}, holds: holds, metrics: m, log: log, pools: shardwire.NewPools(),
+// New returns the handler of a replica that holds the hash shards holds;
+// seatCPU (which the caller runs) learns from the lists it serves.
+func New(resources []ingest.Resource, holds shardwire.HashRange, seatCPU *seatcpu.Learner, m *metrics.Metrics, log logr.Logger) *Server {
+	s := &Server{resources: map[string]ingest.Resource{}, holds: holds, metrics: m, seatCPU: seatCPU, log: log, pools: shardwire.NewPools(),
 		bufs: sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 32<<10) }}}
 	for _, r := range resources {
 		s.resources[shardwire.ResourceID(r.Entry.Resource.GVR)] = r
@@ -128,6 +133,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.log.V(1).Info("shard request failed", "verb", verb, "resource", id, "query", r.URL.RawQuery, "err", err.Error())
 	}
 	_ = out.Flush()
+	if verb == "list" {
+		// A shard walks about what it writes: the fronts' selectors and
+		// index narrow its scans before it writes an item.
+		s.seatCPU.Did(seatcpu.Work(out.Written()))
+	}
 	s.metrics.ShardRequests.WithLabelValues(verb, label, outcome).Inc()
 	s.metrics.ShardRequestDuration.WithLabelValues(verb, label).Observe(time.Since(start).Seconds())
 }
@@ -293,7 +303,7 @@ func (s *Server) watch(ctx context.Context, out *shardwire.Writer, res ingest.Re
 			return out.Watermark(rv, res.Ingester.UpstreamUncached())
 		}
 		sizesSent = time.Now()
-		return out.WatermarkWithSizes(rv, res.Ingester.UpstreamUncached(), res.Ingester.Store().Sizes())
+		return out.WatermarkWithSizes(rv, res.Ingester.UpstreamUncached(), res.Ingester.Store().Sizes(), s.seatCPU.SeatCPU())
 	}
 	if from == 0 {
 		if err := watermark(watcher.SnapshotRV); err != nil {

@@ -156,7 +156,7 @@ func TestListStoreContentHashes(t *testing.T) {
 // a request that names none (or the right one) reaches the resource.
 func TestRequestsForOtherHashShardsRefused(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	s := New(nil, shardwire.HashRange{First: 2, Last: 3, Total: 4}, metrics.New(reg), logr.Discard())
+	s := New(nil, shardwire.HashRange{First: 2, Last: 3, Total: 4}, nil, metrics.New(reg), logr.Discard())
 	for _, c := range []struct {
 		query  string
 		status int

@@ -74,7 +74,7 @@ func (p *Pools) Writer(w io.Writer) *Writer {
 // PutWriter returns wr to the pool; it must not be used afterwards.
 func (p *Pools) PutWriter(wr *Writer) {
 	wr.w.Reset(nil)
-	wr.under, wr.hashes = nil, false
+	wr.under, wr.hashes, wr.items, wr.itemBytes = nil, false, 0, 0
 	p.writers.Put(wr)
 }
 

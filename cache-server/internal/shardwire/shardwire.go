@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -112,6 +113,10 @@ type Header struct {
 	// counts, from which a front estimates what a read costs (its
 	// priority-and-fairness work estimator).
 	Sizes *store.Sizes `json:"sz,omitempty"`
+	// SeatCPU (KindWatermark, with Sizes): the CPU in nanoseconds the
+	// shard takes per seat's worth of read work (package seatcpu), which
+	// a front adds to its own when it charges a LIST (0: unknown).
+	SeatCPU int64 `json:"sc,omitempty"`
 	// Error (KindError).
 	Error *Error `json:"e,omitempty"`
 }
@@ -188,6 +193,8 @@ type Writer struct {
 	// hashes: objects that carry a content hash are sent with it
 	// (SendContentHashes).
 	hashes bool
+	// items and itemBytes count the list items written (Written).
+	items, itemBytes int64
 }
 
 // NewWriter writes records to w (buffered; call Flush, which flushes w too
@@ -206,7 +213,13 @@ func (w *Writer) Item(o *store.Object) error { return w.object(o, false) }
 // (WantsContentHashes).
 func (w *Writer) SendContentHashes() { w.hashes = true }
 
+// Written is the list items written so far and their objects' bytes:
+// the work a shard's read did (package seatcpu).
+func (w *Writer) Written() (items, bytes int64) { return w.items, w.itemBytes }
+
 func (w *Writer) object(o *store.Object, attrs bool) error {
+	w.items++
+	w.itemBytes += int64(len(o.Raw))
 	if w.hashes && o.ContentHash != 0 {
 		w.buf = append(w.buf[:0], byte(KindHashedObject))
 		w.buf = binary.LittleEndian.AppendUint64(w.buf, o.ContentHash)
@@ -279,9 +292,10 @@ func (w *Writer) Watermark(rv uint64, uncached bool) error {
 	return w.write(KindWatermark, Header{RV: rv, Uncached: uncached})
 }
 
-// WatermarkWithSizes is Watermark carrying the shard's sizes.
-func (w *Writer) WatermarkWithSizes(rv uint64, uncached bool, sizes store.Sizes) error {
-	return w.write(KindWatermark, Header{RV: rv, Uncached: uncached, Sizes: &sizes})
+// WatermarkWithSizes is Watermark carrying the shard's sizes and its CPU
+// per seat's worth of work.
+func (w *Writer) WatermarkWithSizes(rv uint64, uncached bool, sizes store.Sizes, seatCPU time.Duration) error {
+	return w.write(KindWatermark, Header{RV: rv, Uncached: uncached, Sizes: &sizes, SeatCPU: int64(seatCPU)})
 }
 
 // Error writes an error record.

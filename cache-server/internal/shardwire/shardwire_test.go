@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -210,6 +211,35 @@ func TestWatermarkRoundTrip(t *testing.T) {
 		if rec.Kind != KindWatermark || rec.Header.RV != c.rv || rec.Header.Uncached != c.uncached || rec.Object != nil {
 			t.Fatalf("watermark %d/%v: got %+v", c.rv, c.uncached, rec)
 		}
+	}
+}
+
+// A watermark with sizes carries the shard's CPU per seat's worth of
+// work; a writer counts the list items it wrote and their bytes, from
+// zero again once pooled.
+func TestWatermarkWithSizesAndWritten(t *testing.T) {
+	sizes := store.Sizes{Objects: 3, Bytes: 300, Namespaces: 1, Values: map[string]int{"spec.nodeName": 2}}
+	rec := decodeOne(t, encode(t, func(w *Writer) error { return w.WatermarkWithSizes(7, false, sizes, 250*time.Microsecond) }))
+	if rec.Kind != KindWatermark || rec.Header.RV != 7 || rec.Header.Sizes == nil || rec.Header.Sizes.Bytes != 300 || rec.Header.SeatCPU != int64(250*time.Microsecond) {
+		t.Fatalf("got %+v", rec.Header)
+	}
+	p := NewPools()
+	var buf bytes.Buffer
+	w := p.Writer(&buf)
+	for _, o := range []*store.Object{{Key: "a", Name: "a", RV: 1, Raw: []byte(`{"a":1}`)}, {Key: "b", Name: "b", RV: 2, Raw: []byte(`{"bb":22}`)}} {
+		if err := w.Item(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Watermark(3, false); err != nil {
+		t.Fatal(err)
+	}
+	if items, n := w.Written(); items != 2 || n != 16 {
+		t.Fatalf("written: %d items, %d bytes; want 2, 16", items, n)
+	}
+	p.PutWriter(w)
+	if w = p.Writer(&buf); func() bool { items, n := w.Written(); return items != 0 || n != 0 }() {
+		t.Fatal("a pooled writer kept its counts")
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/ingest"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/openapi"
+	"github.com/cachetier/cachetier/cache-server/internal/seatcpu"
 	"github.com/cachetier/cachetier/cache-server/internal/serving"
 	"github.com/cachetier/cachetier/cache-server/internal/tables"
 	"github.com/cachetier/cachetier/cache-server/internal/upstreamhttp"
@@ -182,7 +183,9 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	var fairness func(http.Handler) http.Handler
 	if !cfg.DisablePriorityAndFairness {
-		fairness = apf.Run(ctx, authClient, cfg.Spec.ServerConcurrencyLimit, api, m.APFConfigSynced.WithLabelValues(), m.APFLingering, cfg.Log).Filter
+		learner := seatcpu.New(m.SeatCPU, cfg.Log.WithName("seatcpu"))
+		go learner.Run(ctx)
+		fairness = apf.Run(ctx, authClient, cfg.Spec.ServerConcurrencyLimit, api, learner, m.APFConfigSynced.WithLabelValues(), m.APFLingering, cfg.Log).Filter
 	}
 	return serving.Run(ctx, serving.Config{
 		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: authClient, Paths: paths,

@@ -1,0 +1,206 @@
+// Package seatcpu learns how long this process's cores take for a seat's
+// worth of a read's work (Work: 1,000 objects walked or 1 MiB written),
+// from the process's own CPU time.
+//
+// Why: priority and fairness charges a LIST's seats after it ends for
+// the rest of the core it ran on (apf, estimate.go), which needs the
+// LIST's CPU time. A constant measured on one machine is wrong elsewhere:
+// faster cores make LISTs linger longer than they ran, and a fleet's
+// front spends a fraction of a full LIST's CPU itself while its shards
+// spend the rest (14–18 ms across a fleet on this project's machine for
+// the LIST a standalone tier serves in ~2 ms; docs/benchmarks.md). So
+// every process learns its own cost per unit of work, and a shard sends
+// its cost to the fronts with its sizes (shardwire.Header.SeatCPU), which
+// charge their LISTs for their own CPU and the shards' together.
+//
+// How: every Window the learner reads the process's CPU time
+// (getrusage) and the work it did (Did, for every LIST and watch-list
+// served). A process also spends CPU beside its reads — ingesting the
+// watch stream, dispatching events, GETs, garbage collection of the
+// stored objects — so windows in which reads took little of the CPU
+// give that base rate, and windows with many reads give the cost per
+// unit as (CPU rate − base) / work rate, smoothed and bounded. Between
+// floods the estimate stays where the last one left it.
+package seatcpu
+
+import (
+	"context"
+	"math"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// A seat's worth of a read's work.
+const (
+	WalkedPerSeat = 1000
+	BytesPerSeat  = 1 << 20
+)
+
+// Work is a read's work in seats' worth: walked objects (a selector is
+// evaluated on each) and written bytes (copied, usually gzipped).
+func Work(walked, bytes int64) float64 {
+	return float64(walked)/WalkedPerSeat + float64(bytes)/BytesPerSeat
+}
+
+// Default is the cost a process starts with: the standalone tier on this
+// project's 2-core machine served 467 full LISTs of 10,000 1 KiB
+// ConfigMaps a second (24 seats' worth each) with a core, 2.1 ms each,
+// TLS, HTTP/2 and garbage collection included (docs/benchmarks.md, the
+// floods).
+const Default = 100 * time.Microsecond
+
+// The estimate's bounds: a tenth of Default (a fast core, or a read's
+// bytes served from the gzip chunk cache) to twenty times it (a slow or
+// throttled core). A learned value outside them says more about the
+// windows than about the reads.
+const (
+	Min = Default / 10
+	Max = Default * 20
+)
+
+const (
+	// Window is how often the learner reads the process's CPU time.
+	Window = 5 * time.Second
+	// baseCores: a window whose reads took less than this many cores at
+	// Default (50 seats' worth a second, two full LISTs of 10,000
+	// objects) measures the base rate. An absolute rate, not a share of
+	// the CPU at the current estimate: an estimate far below the truth
+	// would make a flood look like a small share and be taken for base.
+	baseCores = 0.005
+	// learnCores: a window learns the cost per unit only when its reads
+	// took at least this many cores at Default — enough reads that the
+	// base's error is small beside them (500 seats' worth a second, ~20
+	// full LISTs of 10,000 objects). Windows in between change nothing.
+	learnCores = 0.05
+	// smoothing is the weight of a window's measurement: the estimate
+	// follows a change within a few windows and one odd window moves it
+	// half way at most.
+	smoothing = 0.5
+)
+
+// Estimate is what the learner knows.
+type Estimate struct {
+	// SeatCPU is the CPU time a seat's worth of work takes.
+	SeatCPU time.Duration
+	// Base is the cores the process spends beside its reads; BaseKnown
+	// once a window measured it (until then all CPU is the reads').
+	Base      float64
+	BaseKnown bool
+}
+
+// Next is e after a window of dt in which the process used cpu and did
+// work seats' worth of reads.
+func (e Estimate) Next(cpu time.Duration, work float64, dt time.Duration) Estimate {
+	if dt <= 0 || cpu < 0 || work < 0 {
+		return e
+	}
+	cores := cpu.Seconds() / dt.Seconds()
+	workRate := work / dt.Seconds()
+	switch readCores := workRate * Default.Seconds(); {
+	case readCores < baseCores:
+		if !e.BaseKnown {
+			e.Base, e.BaseKnown = cores, true
+		} else {
+			e.Base += smoothing * (cores - e.Base)
+		}
+		return e
+	case readCores < learnCores:
+		return e
+	}
+	measured := time.Duration((cores - e.Base) / workRate * float64(time.Second))
+	measured = min(max(measured, Min), Max)
+	e.SeatCPU += time.Duration(smoothing * float64(measured-e.SeatCPU))
+	return e
+}
+
+// Learner learns the process's Estimate while it runs (Run).
+type Learner struct {
+	// work is the seats' worth of reads done, in thousandths.
+	work    atomic.Uint64
+	seatCPU atomic.Int64
+	// cpu is the process's CPU time so far.
+	cpu    func() (time.Duration, error)
+	window time.Duration
+	gauge  prometheus.Gauge
+	log    logr.Logger
+}
+
+// New returns a learner starting at Default; gauge (optional) exports
+// its SeatCPU.
+func New(gauge prometheus.Gauge, log logr.Logger) *Learner {
+	l := &Learner{cpu: processCPU, window: Window, gauge: gauge, log: log}
+	l.set(Default)
+	return l
+}
+
+// Did counts work seats' worth of a read served.
+func (l *Learner) Did(work float64) {
+	if l != nil && work > 0 {
+		l.work.Add(uint64(math.Round(work * 1000)))
+	}
+}
+
+// Work is the seats' worth of reads counted so far.
+func (l *Learner) Work() float64 { return float64(l.work.Load()) / 1000 }
+
+// SeatCPU is the current estimate (Default for a nil learner).
+func (l *Learner) SeatCPU() time.Duration {
+	if l == nil {
+		return Default
+	}
+	return time.Duration(l.seatCPU.Load())
+}
+
+func (l *Learner) set(d time.Duration) {
+	l.seatCPU.Store(int64(d))
+	if l.gauge != nil {
+		l.gauge.Set(d.Seconds())
+	}
+}
+
+// Run learns every Window until ctx ends. It logs when the estimate has
+// moved by a quarter since it last logged.
+func (l *Learner) Run(ctx context.Context) {
+	e := Estimate{SeatCPU: l.SeatCPU()}
+	logged := e.SeatCPU
+	cpu0, err := l.cpu()
+	if err != nil {
+		l.log.Error(err, "reading the process's CPU time; LISTs are charged the default CPU per seat", "seatCPU", Default)
+		return
+	}
+	work0, t0 := l.work.Load(), time.Now()
+	tick := time.NewTicker(l.window)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		cpu, err := l.cpu()
+		if err != nil {
+			continue
+		}
+		work, now := l.work.Load(), time.Now()
+		e = e.Next(cpu-cpu0, float64(work-work0)/1000, now.Sub(t0))
+		cpu0, work0, t0 = cpu, work, now
+		l.set(e.SeatCPU)
+		if d := float64(e.SeatCPU - logged); math.Abs(d) >= 0.25*float64(logged) {
+			l.log.Info("CPU per seat of read work learned", "seatCPU", e.SeatCPU, "baseCores", e.Base, "was", logged)
+			logged = e.SeatCPU
+		}
+	}
+}
+
+// processCPU is the process's user and system CPU time so far.
+func processCPU() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, err
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
