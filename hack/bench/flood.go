@@ -251,6 +251,9 @@ type floodPhase struct {
 	// cachetier_priority_and_fairness_lingering_seat_seconds_total);
 	// 0 for the apiserver.
 	levelLimit, levelLingering float64
+	// seatCPU and shardSeatCPU are the tier's CPU per seat of read work
+	// at the phase's end (tierGauges).
+	seatCPU, shardSeatCPU float64
 	// serverRunQueue and benchRunQueue are how long the server's threads
 	// (all its processes) and the bench's own (the victims' client)
 	// waited for a core, per second of the phase (runQueueMeter).
@@ -337,7 +340,7 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 		}
 	}
 	before := tierNodeListBuckets(s)
-	_, lingered0, _ := tierLevelSeats(s, floodLevel)
+	g0, _ := readTierGauges(s, floodLevel)
 	var limits []float64
 	// Peak RSS and CPU of the server's processes over the phase.
 	cpu0, api0, t0 := cpuTicksAll(s.pids), cpuTicksAll([]int{s.apiPID}), time.Now()
@@ -348,8 +351,8 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 		serverRQ.sample()
 		benchRQ.sample()
 		if n%20 == 10 { // every 5 s: the tier's /metrics is not free
-			if limit, _, ok := tierLevelSeats(s, floodLevel); ok {
-				limits = append(limits, limit)
+			if g, ok := readTierGauges(s, floodLevel); ok {
+				limits = append(limits, g.limit)
 			}
 		}
 		select {
@@ -376,11 +379,12 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 	ph.nodeP50, ph.nodeP99 = ph.node.quantile(0.5), ph.node.quantile(0.99)
 	ph.getP50, ph.getP99 = ph.workload.quantile(0.5), ph.workload.quantile(0.99)
 	ph.handlerP99 = bucketQuantile(before, tierNodeListBuckets(s), 0.99)
-	if _, lingered, ok := tierLevelSeats(s, floodLevel); ok && len(limits) > 0 {
+	if g, ok := readTierGauges(s, floodLevel); ok && len(limits) > 0 {
 		for _, l := range limits {
 			ph.levelLimit += l / float64(len(limits))
 		}
-		ph.levelLingering = (lingered - lingered0) / (ph.levelLimit * ph.elapsed.Seconds())
+		ph.levelLingering = (g.lingered - g0.lingered) / (ph.levelLimit * ph.elapsed.Seconds())
+		ph.seatCPU, ph.shardSeatCPU = g.seatCPU, g.shardSeatCPU
 	}
 	return ph, nil
 }
@@ -389,40 +393,60 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 // its own: global-default).
 const floodLevel = "global-default"
 
-// tierLevelSeats reads from a tier's /metrics the current limit of a
-// priority level, in seats, and the seat-seconds its requests held
-// after they ended so far; not ok for the apiserver or when unread.
-func tierLevelSeats(s floodServer, level string) (limit, lingered float64, ok bool) {
+// tierGauges is what a tier's /metrics says of the flooder's priority
+// level and of the CPU per seat of read work it charges LISTs by.
+type tierGauges struct {
+	// limit is the level's current limit in seats, lingered the
+	// seat-seconds its requests held after they ended so far.
+	limit, lingered float64
+	// seatCPU is the tier's own CPU per seat's worth of read work
+	// (cachetier_seat_cpu_seconds), shardSeatCPU a front's shards' mean
+	// (cachetier_fleet_shard_seat_cpu_seconds; 0 standalone).
+	seatCPU, shardSeatCPU float64
+}
+
+// readTierGauges reads a tier's gauges at level; not ok for the
+// apiserver or when unread.
+func readTierGauges(s floodServer, level string) (g tierGauges, ok bool) {
 	if s.admin == nil || s.key == "apiserver" {
-		return 0, 0, false
+		return g, false
 	}
 	body, err := getOK(s.admin, "/metrics")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
-		return 0, 0, false
+		return g, false
 	}
 	want := `priority_level="` + level + `"`
-	var found bool
 	for line := range strings.SplitSeq(string(body), "\n") {
-		name, rest, ok := strings.Cut(line, "{")
-		if !ok || (name != "apiserver_flowcontrol_current_limit_seats" && name != "cachetier_priority_and_fairness_lingering_seat_seconds_total") {
+		name, labels, value, ok := metricLine(line)
+		if !ok {
 			continue
 		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok || !strings.Contains(labels, want) {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			continue
-		}
-		if name == "apiserver_flowcontrol_current_limit_seats" {
-			limit, found = v, true
-		} else {
-			lingered = v
+		switch {
+		case name == "apiserver_flowcontrol_current_limit_seats" && strings.Contains(labels, want):
+			g.limit = value
+		case name == "cachetier_priority_and_fairness_lingering_seat_seconds_total" && strings.Contains(labels, want):
+			g.lingered = value
+		case name == "cachetier_seat_cpu_seconds":
+			g.seatCPU = value
+		case name == "cachetier_fleet_shard_seat_cpu_seconds":
+			g.shardSeatCPU = max(g.shardSeatCPU, value)
 		}
 	}
-	return limit, lingered, found
+	return g, g.limit > 0
+}
+
+// metricLine splits a text exposition sample line: name, labels
+// (without braces) and value.
+func metricLine(line string) (name, labels string, value float64, ok bool) {
+	i := strings.LastIndexByte(line, ' ') // label values may hold spaces
+	if i < 0 || strings.HasPrefix(line, "#") {
+		return "", "", 0, false
+	}
+	head, v := line[:i], line[i+1:]
+	name, labels, _ = strings.Cut(head, "{")
+	value, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	return name, strings.TrimSuffix(labels, "}"), value, err == nil
 }
 
 // floodServerList is -flood-servers checked, before anything starts.
@@ -507,7 +531,7 @@ func runFlood(ctx context.Context, o options, f *floodOptions) error {
 		fmt.Printf("placement: %s\n", placement)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "server\tphase\tnode LIST p50 ms\tp99 ms\tp99 / unloaded\tworkload GET p50 ms\tp99 ms\tp99 / unloaded\tvictims' failures\tflooder 200\t429\t429 share\t429 with Retry-After\t5xx (all)\tdropped (all)\tpeak RSS MiB\tCPU cores\ttier handler p99 ms\tserver run-queue wait ms/s\tbench run-queue wait ms/s\tapiserver CPU cores\tflooder's level seats (lingering)\t")
+	fmt.Fprintln(tw, "server\tphase\tnode LIST p50 ms\tp99 ms\tp99 / unloaded\tworkload GET p50 ms\tp99 ms\tp99 / unloaded\tvictims' failures\tflooder 200\t429\t429 share\t429 with Retry-After\t5xx (all)\tdropped (all)\tpeak RSS MiB\tCPU cores\ttier handler p99 ms\tserver run-queue wait ms/s\tbench run-queue wait ms/s\tapiserver CPU cores\tflooder's level seats (lingering)\tCPU per seat µs (+ shards')\t")
 	for _, s := range servers {
 		if err := runFloodServer(tw, s, ids, f, o, placement); err != nil {
 			return err
@@ -608,6 +632,8 @@ func poolFloodPhases(phs []*floodPhase) *floodPhase {
 		benchRQ += float64(ph.benchRunQueue) * sec
 		limit += ph.levelLimit * sec
 		lingering += ph.levelLingering * ph.levelLimit * sec
+		// Learned as the rounds go: the last round's.
+		out.seatCPU, out.shardSeatCPU = ph.seatCPU, ph.shardSeatCPU
 	}
 	if sec := out.elapsed.Seconds(); sec > 0 {
 		out.cpuMilliCores = uint64(cpu / sec)
@@ -648,11 +674,18 @@ func writeFloodRow(w io.Writer, server string, ph, base *floodPhase) {
 	if ph.levelLimit > 0 {
 		level = fmt.Sprintf("%.0f (%.0f%%)", ph.levelLimit, 100*ph.levelLingering)
 	}
-	fmt.Fprintf(w, "%s\t%s\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%.2f\t%s\t%.0f\t%.0f\t%.2f\t%s\t\n",
+	seatCPU := "-"
+	switch {
+	case ph.shardSeatCPU > 0:
+		seatCPU = fmt.Sprintf("%.0f + %.0f", ph.seatCPU*1e6, ph.shardSeatCPU*1e6)
+	case ph.seatCPU > 0:
+		seatCPU = fmt.Sprintf("%.0f", ph.seatCPU*1e6)
+	}
+	fmt.Fprintf(w, "%s\t%s\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%.2f\t%s\t%.0f\t%.0f\t%.2f\t%s\t%s\t\n",
 		server, ph.name, ms(ph.nodeP50), ms(ph.nodeP99), ratio(ph.nodeP99, base.nodeP99), ms(ph.getP50), ms(ph.getP99), ratio(ph.getP99, base.getP99),
 		victimsFailed, fl.OK, fl.TooMany, share, ra,
 		fl.S5x+ph.node.S5x+ph.workload.S5x, fl.Dropped+ph.node.Dropped+ph.workload.Dropped+int(ph.watchDrops),
-		ph.peakRSS>>20, float64(ph.cpuMilliCores)/1000, handler, ms(ph.serverRunQueue), ms(ph.benchRunQueue), float64(ph.apiMilliCores)/1000, level)
+		ph.peakRSS>>20, float64(ph.cpuMilliCores)/1000, handler, ms(ph.serverRunQueue), ms(ph.benchRunQueue), float64(ph.apiMilliCores)/1000, level, seatCPU)
 }
 
 // floodUsers makes the three identities and lets every authenticated user
@@ -734,19 +767,16 @@ func tierNodeListBuckets(s floodServer) map[float64]float64 {
 	}
 	buckets := map[float64]float64{}
 	for line := range strings.SplitSeq(string(body), "\n") {
-		rest, ok := strings.CutPrefix(line, "cachetier_request_duration_seconds_bucket{")
-		if !ok || !strings.Contains(rest, `verb="list"`) || !strings.Contains(rest, "pods") {
+		name, labels, n, ok := metricLine(line)
+		if !ok || name != "cachetier_request_duration_seconds_bucket" || !strings.Contains(labels, `verb="list"`) || !strings.Contains(labels, "pods") {
 			continue
 		}
-		labels, value, ok := strings.Cut(rest, "} ")
 		_, le, found := strings.Cut(labels, `le="`)
-		if !ok || !found {
+		if !found {
 			continue
 		}
 		le, _, _ = strings.Cut(le, `"`)
-		bound, err1 := strconv.ParseFloat(le, 64)
-		n, err2 := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err1 == nil && err2 == nil {
+		if bound, err := strconv.ParseFloat(le, 64); err == nil {
 			buckets[bound] += n
 		}
 	}

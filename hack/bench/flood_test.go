@@ -117,3 +117,23 @@ func TestPoolFloodPhases(t *testing.T) {
 		t.Errorf("pooling changed a round: %d samples", len(phs[0].node.lat))
 	}
 }
+
+func TestMetricLine(t *testing.T) {
+	for _, tc := range []struct {
+		line, name, labels string
+		value              float64
+		ok                 bool
+	}{
+		{`cachetier_seat_cpu_seconds 0.00063`, "cachetier_seat_cpu_seconds", "", 0.00063, true},
+		{`apiserver_flowcontrol_current_limit_seats{priority_level="global-default"} 51`, "apiserver_flowcontrol_current_limit_seats", `priority_level="global-default"`, 51, true},
+		{`x{reason="a b"} 2`, "x", `reason="a b"`, 2, true},
+		{`# HELP x a b`, "", "", 0, false},
+		{`x{a="b"} NaNish`, "", "", 0, false},
+		{``, "", "", 0, false},
+	} {
+		name, labels, value, ok := metricLine(tc.line)
+		if ok != tc.ok || (ok && (name != tc.name || labels != tc.labels || value != tc.value)) {
+			t.Errorf("%q: %q %q %g %v", tc.line, name, labels, value, ok)
+		}
+	}
+}
