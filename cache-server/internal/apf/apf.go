@@ -193,7 +193,11 @@ func (a *APF) Filter(handler http.Handler) http.Handler {
 		return ri != nil && ri.Verb == "watch"
 	})
 	executed := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		noteExecuted(r)
+		// The work is counted as it starts: a LIST's CPU is spent in
+		// the next milliseconds, a watch-list's before its bookmark, and
+		// the watch may stay open for minutes (package seatcpu matches
+		// CPU and work by the 5 s window).
+		a.opts.Learner.Did(noteExecuted(r))
 		handler.ServeHTTP(w, r)
 	})
 	filtered := genericfilters.WithPriorityAndFairness(executed, longRunning, a.ctl, a.estimator(), RequestWaitLimit)
@@ -204,13 +208,10 @@ func (a *APF) Filter(handler http.Handler) http.Handler {
 		if rejected, fs, pl := c.rejected(); rejected {
 			rejections.rejected(r, fs, pl)
 		}
-		if pl, seatSeconds, work := c.lingered(); pl != "" {
-			a.opts.Learner.Did(work)
-			if a.opts.Lingering != nil {
-				// Every executed request adds, 0 for most: a level's
-				// series exists once it served anything.
-				a.opts.Lingering.WithLabelValues(pl).Add(seatSeconds)
-			}
+		if pl, seatSeconds := c.lingered(); pl != "" && a.opts.Lingering != nil {
+			// Every executed request adds, 0 for most: a level's series
+			// exists once it served anything.
+			a.opts.Lingering.WithLabelValues(pl).Add(seatSeconds)
 		}
 	})
 }

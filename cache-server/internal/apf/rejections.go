@@ -32,7 +32,7 @@ type classified struct {
 	// (FinalSeats × AdditionalLatency; estimate.go).
 	lingering float64
 	// work is a LIST's or watch-list's seats' worth of work (the
-	// learner's unit, seatcpu.Work).
+	// learner's unit, seatcpu.Work), counted when it executes.
 	work float64
 }
 
@@ -58,24 +58,27 @@ func noteClassified(r *http.Request, fs, pl string, lingering, work float64) {
 	}
 }
 
-// noteExecuted records that the filter let r's request execute.
-func noteExecuted(r *http.Request) {
+// noteExecuted records that the filter let r's request execute, and
+// returns its work.
+func noteExecuted(r *http.Request) (work float64) {
 	if c := classifiedOf(r); c != nil {
 		c.mu.Lock()
 		c.executed = true
+		work = c.work
 		c.mu.Unlock()
 	}
+	return work
 }
 
-// lingered is the level, the seat-seconds held after the request ended
-// and its work, when it executed ("" when it did not).
-func (c *classified) lingered() (pl string, seatSeconds, work float64) {
+// lingered is the level and the seat-seconds held after the request
+// ended, when it executed ("" when it did not).
+func (c *classified) lingered() (pl string, seatSeconds float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.executed {
-		return "", 0, 0
+		return "", 0
 	}
-	return c.priorityLevel, c.lingering, c.work
+	return c.priorityLevel, c.lingering
 }
 
 // rejected tells whether the request was classified and not executed,

@@ -126,7 +126,8 @@ func TestWatchListHoldsSeatsUntilInitialEventsEnd(t *testing.T) {
 	defer cancel()
 	// No configuration objects: the mandatory catch-all level takes
 	// every request (and every seat but the exempt level's).
-	fairness := apf.New(apf.Options{Client: fake.NewClientset(), ServerConcurrencyLimit: 100, Costs: srv, Log: logr.Discard()})
+	learner := seatcpu.New(nil, logr.Discard())
+	fairness := apf.New(apf.Options{Client: fake.NewClientset(), ServerConcurrencyLimit: 100, Costs: srv, Learner: learner, Log: logr.Discard()})
 	fairness.Start(ctx)
 	open := make(chan struct{})
 	h := fairness.Filter(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -181,8 +182,14 @@ func TestWatchListHoldsSeatsUntilInitialEventsEnd(t *testing.T) {
 	if events != n {
 		t.Fatalf("%d initial events, want %d (%v)", events, n, sc.Err())
 	}
-	// After the bookmark: the seats are free, the watch still open.
+	// After the bookmark: the seats are free, the watch still open; its
+	// work was counted when it began, where its CPU was spent.
 	waitFor("after the initial-events-end bookmark", func(v float64) bool { return v == 0 })
+	r := requestOf(t, watchList, "")
+	info, _ := request.RequestInfoFrom(r.Context())
+	if c := srv.Cost(r, info); learner.Work() < seatcpu.Work(c.Walked, c.Bytes)-0.01 {
+		t.Errorf("the open watch-list's work counted: %g seats' worth, want %g", learner.Work(), seatcpu.Work(c.Walked, c.Bytes))
+	}
 	if got := apf.Estimator(srv, defaultSeatCPU, apf.SeatsPerCore)(requestOf(t, "/api/v1/pods?watch=true&resourceVersion=1500", ""), "", "").InitialSeats; got != 1 {
 		t.Errorf("a plain watch: %d seats, want 1", got)
 	}
