@@ -14,11 +14,11 @@
 // charge their LISTs for their own CPU and the shards' together.
 //
 // How: every Window the learner reads the process's CPU time
-// (getrusage) and the work it did (Did, for every LIST and watch-list
-// served). A process also spends CPU beside its reads — ingesting the
+// (getrusage) and the work it did (Did, as each LIST and watch-list
+// starts). A process also spends CPU beside its reads — ingesting the
 // watch stream, dispatching events, GETs, garbage collection of the
-// stored objects — so windows in which reads took little of the CPU
-// give that base rate, and windows with many reads give the cost per
+// stored objects — so windows with almost no reads give that base rate,
+// and windows with many reads give the cost per
 // unit as (CPU rate − base) / work rate, smoothed and bounded. Between
 // floods the estimate stays where the last one left it.
 package seatcpu
