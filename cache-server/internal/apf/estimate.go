@@ -154,7 +154,7 @@ func (a *APF) seatsPerCore() float64 {
 // Estimator returns the work estimator over costs (Estimate at
 // seatCPU's current value). It notes on the request its level, the
 // seat-seconds it lingers and the work a LIST or watch-list does, which
-// the filter reports once it executed.
+// the filter counts for the learner as the request starts executing.
 func Estimator(costs Coster, seatCPU func() time.Duration, seatsPerCore float64) fcrequest.WorkEstimatorFunc {
 	return func(r *http.Request, flowSchema, priorityLevel string) fcrequest.WorkEstimate {
 		info, _ := request.RequestInfoFrom(r.Context())
