@@ -85,7 +85,10 @@ func TestSelectorAuthorization(t *testing.T) {
 		}
 	}
 	t.Logf("%d selector reads through %d ways in took %s; SubjectAccessReviews about them the tiers sent: %v", len(paths), len(targets), end.Sub(start).Round(time.Millisecond), reviews)
-	if end.Sub(start) < 8*time.Second {
+	// Within three quarters of the TTL of the whole collection's reads,
+	// the broad answer is not even renewed (renewal.go): any review about
+	// this user is one about a selector.
+	if end.Sub(start) < 5*time.Second {
 		for tier, n := range reviews {
 			t.Errorf("%s sent %d SubjectAccessReviews for reads of a collection its user may read, with %d selectors: selectors were asked about", tier, n, len(paths))
 		}

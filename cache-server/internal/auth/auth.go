@@ -41,6 +41,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 
 	"github.com/cachetier/cachetier/cache-server/internal/deadline"
 	"github.com/cachetier/cachetier/internal/aggpath"
@@ -82,6 +83,10 @@ type Options struct {
 	// requests with field or label selectors by how they were decided:
 	// broad, narrow, node (selectors.go).
 	SelectorAuthorizations *prometheus.CounterVec
+	// AuthorizationRenewals, when set, counts the renewals of
+	// authorization answers in use before they expire, by result:
+	// renewed, failed (renewal.go).
+	AuthorizationRenewals *prometheus.CounterVec
 	// ImpersonationResults, when set, counts requests with impersonation
 	// headers by result: allowed, forbidden, invalid, error.
 	ImpersonationResults *prometheus.CounterVec
@@ -156,15 +161,17 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 	cached := newConnCachingAuthenticator(authn, rh, ttl)
 	cached.results = opts.ConnCacheResults
 	authn = cached
+	// The library's own cache is off (a TTL of 0 expires every answer at
+	// once): renewingAuthorizer keeps the answers, and its renewals must
+	// reach the apiserver (renewal.go).
 	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
 		SubjectAccessReviewClient: opts.Client.AuthorizationV1(),
-		AllowCacheTTL:             ttl,
-		DenyCacheTTL:              ttl,
 		WebhookRetryBackoff:       options.DefaultAuthWebhookRetryBackoff(),
 	}.New()
 	if err != nil {
 		return nil, 0, fmt.Errorf("build authorizer: %w", err)
 	}
+	authz = newRenewingAuthorizer(authz, ttl, clock.RealClock{}, opts.AuthorizationRenewals, opts.Log)
 	authz = &lastKnownAuthorizer{inner: authz, answers: newLastKnown[authzAnswer]("subjectaccessreview", opts.LastKnownAnswers, opts.Log)}
 	authz = &selectorsNarrow{inner: authz, results: opts.SelectorAuthorizations}
 	resolver := &prefixResolver{paths: opts.Paths, factory: &request.RequestInfoFactory{

@@ -67,7 +67,9 @@ type Metrics struct {
 
 	AuthnConnCache *prometheus.CounterVec // result: hit, miss, bypass
 	AuthLastKnown  *prometheus.CounterVec // review, result: reused, none
-	Impersonation  *prometheus.CounterVec // result: allowed, forbidden, invalid, error
+	// AuthzRenewals: result: renewed, failed (package auth, renewal.go).
+	AuthzRenewals *prometheus.CounterVec
+	Impersonation *prometheus.CounterVec // result: allowed, forbidden, invalid, error
 	// SelectorAuthorizations: result: broad, narrow, node (package auth,
 	// selectors.go).
 	SelectorAuthorizations *prometheus.CounterVec
@@ -228,6 +230,9 @@ func New(reg prometheus.Registerer) *Metrics {
 			m.AuthLastKnown.WithLabelValues(review, result)
 		}
 	}
+	m.AuthzRenewals = resultCounter("cachetier_authorization_renewals_total",
+		"Authorization answers in use renewed before they expired (a SubjectAccessReview sent in the background in the last quarter of the cache TTL, so that no request waits for one), by result: renewed, failed (the answer expires unrenewed; the next request asks itself).",
+		"renewed", "failed")
 	m.SelectorAuthorizations = resultCounter("cachetier_authorization_selector_requests_total",
 		"Authorizations of LISTs and WATCHes with field or label selectors, by how they were decided: broad (allowed without the selectors: one SubjectAccessReview answers every selector of the same user, verb and resource), narrow (not allowed without them: asked again with them), node (a kubelet's, group system:nodes: asked with them at once).",
 		"broad", "narrow", "node")
@@ -347,7 +352,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		Help: "LIST requests (pages) read through a field index instead of a scan, by resource and indexed field.",
 	}, []string{"resource", "index"})
 	reg.MustRegister(m.IndexEntries, m.IndexValues, m.IndexBytes, m.IndexedLists)
-	reg.MustRegister(m.AuthnConnCache, m.AuthLastKnown, m.Impersonation, m.SelectorAuthorizations, m.Goaways, m.MemoryReleased, m.ProtobufConversions, m.TableErrors)
+	reg.MustRegister(m.AuthnConnCache, m.AuthLastKnown, m.AuthzRenewals, m.Impersonation, m.SelectorAuthorizations, m.Goaways, m.MemoryReleased, m.ProtobufConversions, m.TableErrors)
 	reg.MustRegister(m.WatchersActive, m.WatchEvents, m.WatchersTerminated, m.WatchListInitial, m.WatchBufferFill, m.WatchDelivery)
 	reg.MustRegister(m.WatchDispatchWatchers, m.WatchIndexValues, m.WatchDispatchCandidates)
 	reg.MustRegister(m.Requests, m.RequestDuration, m.FreshnessWait, m.RVFetches, m.ProgressProbes, m.ProgressProbeBookmark,

@@ -108,7 +108,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	handler, clientAuth, err := auth.Wrap(ctx, auth.Options{
 		Client: cfg.Client, Paths: cfg.Paths, AlwaysAllowPaths: []string{"/healthz", "/livez", "/readyz"},
-		ConnCacheResults: cfg.Metrics.AuthnConnCache, LastKnownAnswers: cfg.Metrics.AuthLastKnown, ImpersonationResults: cfg.Metrics.Impersonation, SelectorAuthorizations: cfg.Metrics.SelectorAuthorizations, Log: cfg.Log,
+		ConnCacheResults: cfg.Metrics.AuthnConnCache, LastKnownAnswers: cfg.Metrics.AuthLastKnown, AuthorizationRenewals: cfg.Metrics.AuthzRenewals, ImpersonationResults: cfg.Metrics.Impersonation, SelectorAuthorizations: cfg.Metrics.SelectorAuthorizations, Log: cfg.Log,
 		PriorityAndFairness: cfg.PriorityAndFairness,
 		RequestTimeout:      cfg.RequestTimeout, TimedOut: timedOut(cfg),
 	}, mux)

@@ -1,0 +1,115 @@
+package authedges
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+)
+
+// TestAuthorizationRenewedInUse: a client that keeps reading never waits
+// for a SubjectAccessReview after its first read. The tier keeps an answer
+// for authCacheTTL and renews it in the background while it is in use
+// (package auth, renewal.go), so the apiserver's audit log shows each
+// tier's reviews about a steady reader less than a TTL apart — with the
+// library's cache alone the next review came only when a read found the
+// answer expired, a TTL or more after the last, and that read waited for
+// it.
+func TestAuthorizationRenewedInUse(t *testing.T) {
+	const (
+		readFor = 2*authCacheTTL + 3*time.Second
+		every   = 250 * time.Millisecond
+	)
+	path := "/api/v1/namespaces/" + dataNamespace + "/configmaps"
+	type steady struct {
+		tg   target
+		user string
+		cred credential
+	}
+	var readers []steady
+	for i, tg := range targets {
+		user := fmt.Sprintf("steady-reader-%d", i)
+		bindReader(t, user)
+		readers = append(readers, steady{tg: tg, user: user, cred: credential{cert: clientCert(t, user)}})
+	}
+	start := time.Now()
+	errs := make([]error, len(readers))
+	var wg sync.WaitGroup
+	for i, r := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := r.tg.client(r.cred)
+			defer c.CloseIdleConnections()
+			for time.Since(start) < readFor {
+				a, err := r.tg.get(context.Background(), c, r.cred, path)
+				if err == nil && a.code != http.StatusOK {
+					err = fmt.Errorf("%s", a)
+				}
+				if err != nil {
+					errs[i] = fmt.Errorf("%s, %s: %v", r.tg.name, r.user, err)
+					return
+				}
+				time.Sleep(every)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A review's event is written when its response is complete.
+	time.Sleep(time.Second)
+	events, err := cp.ReadAudit(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// When each tier asked about each reader's LIST: reader → tier → times.
+	asked := map[string]map[string][]time.Time{}
+	for _, ev := range events {
+		if !tierUsers[ev.User.Username] || ev.ObjectRef == nil || ev.ObjectRef.Resource != "subjectaccessreviews" || ev.RequestObject == nil {
+			continue
+		}
+		var sar authorizationv1.SubjectAccessReview
+		if err := json.Unmarshal(ev.RequestObject.Raw, &sar); err != nil {
+			t.Fatalf("decode %s's SubjectAccessReview: %v", ev.User.Username, err)
+		}
+		if ra := sar.Spec.ResourceAttributes; ra == nil || ra.Verb != "list" || ra.Resource != "configmaps" {
+			continue
+		}
+		if asked[sar.Spec.User] == nil {
+			asked[sar.Spec.User] = map[string][]time.Time{}
+		}
+		asked[sar.Spec.User][ev.User.Username] = append(asked[sar.Spec.User][ev.User.Username], ev.RequestReceivedTimestamp.Time)
+	}
+	for _, r := range readers {
+		if len(asked[r.user]) == 0 {
+			t.Errorf("the audit log has no review about %s's reads through %s", r.user, r.tg.name)
+		}
+		for tier, times := range asked[r.user] {
+			sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+			var gaps []string
+			for i := 1; i < len(times); i++ {
+				gap := times[i].Sub(times[i-1])
+				gaps = append(gaps, gap.Round(10*time.Millisecond).String())
+				if gap >= authCacheTTL {
+					t.Errorf("%s about %s (%s): reviews %s apart, not renewed before the answer expired (%s)", tier, r.user, r.tg.name, gap.Round(time.Millisecond), authCacheTTL)
+				}
+			}
+			t.Logf("%s about %s (%s): %d reviews in %s of reads every %s, gaps %v", tier, r.user, r.tg.name, len(times), readFor, every, gaps)
+			// The first and a renewal each three quarters of the TTL
+			// after: 0, 7.5, 15, 22.5 s.
+			if len(times) < 3 {
+				t.Errorf("%s about %s (%s): %d reviews in %s; want the first and at least two renewals", tier, r.user, r.tg.name, len(times), readFor)
+			}
+		}
+	}
+}
