@@ -117,6 +117,8 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 	if ttl == 0 {
 		ttl = 10 * time.Second
 	}
+	// Bearer tokens' answers are the library's token cache's, not renewed
+	// (renewal.go says why).
 	cfg := authenticatorfactory.DelegatingAuthenticatorConfig{
 		TokenAccessReviewClient:  opts.Client.AuthenticationV1(),
 		TokenAccessReviewTimeout: 10 * time.Second,
@@ -171,7 +173,7 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 	if err != nil {
 		return nil, 0, fmt.Errorf("build authorizer: %w", err)
 	}
-	authz = newRenewingAuthorizer(authz, ttl, clock.RealClock{}, opts.AuthorizationRenewals, opts.Log)
+	authz = &renewingAuthorizer{inner: authz, answers: newRenewing(ttl, clock.RealClock{}, opts.AuthorizationRenewals, opts.Log)}
 	authz = &lastKnownAuthorizer{inner: authz, answers: newLastKnown[authzAnswer]("subjectaccessreview", opts.LastKnownAnswers, opts.Log)}
 	authz = &selectorsNarrow{inner: authz, results: opts.SelectorAuthorizations}
 	resolver := &prefixResolver{paths: opts.Paths, factory: &request.RequestInfoFactory{

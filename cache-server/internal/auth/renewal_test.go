@@ -58,7 +58,7 @@ func TestRenewingAuthorizer(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	apiserver := &reviewer{decision: authorizer.DecisionAllow}
 	renewals := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"result"})
-	a := newRenewingAuthorizer(apiserver, ttl, clk, renewals, logr.Discard())
+	a := &renewingAuthorizer{inner: apiserver, answers: newRenewing(ttl, clk, renewals, logr.Discard())}
 	node := authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "system:node:n1", Groups: []string{"system:nodes"}}, Verb: "list", Resource: "pods", ResourceRequest: true}
 	ctx := context.Background()
 	authorize := func(when string, want authorizer.Decision) {
@@ -72,7 +72,7 @@ func TestRenewingAuthorizer(t *testing.T) {
 	authorize("first request", authorizer.DecisionAllow)
 	clk.Step(7 * time.Second)
 	authorize("within three quarters of the TTL", authorizer.DecisionAllow)
-	a.inFlight.Wait()
+	a.answers.inFlight.Wait()
 	if n := apiserver.count(); n != 1 {
 		t.Fatalf("asked %d times within three quarters of the TTL, want 1", n)
 	}
@@ -89,7 +89,7 @@ func TestRenewingAuthorizer(t *testing.T) {
 		authorize("in the last quarter, renewal on its way", authorizer.DecisionAllow)
 	}
 	close(apiserver.gate)
-	a.inFlight.Wait()
+	a.answers.inFlight.Wait()
 	if n := apiserver.count(); n != 2 {
 		t.Fatalf("asked %d times, want 2: one renewal for five requests", n)
 	}
@@ -129,7 +129,7 @@ func TestRenewingAuthorizer(t *testing.T) {
 	// answer (allow) does not replace the later one.
 	apiserver.set(authorizer.DecisionAllow, nil)
 	close(gate)
-	a.inFlight.Wait()
+	a.answers.inFlight.Wait()
 	authorize("after the held-up renewal returned", authorizer.DecisionDeny)
 
 	// A failed renewal leaves the answer to expire; the request after it
@@ -140,12 +140,12 @@ func TestRenewingAuthorizer(t *testing.T) {
 	apiserver.set(authorizer.DecisionNoOpinion, refused())
 	clk.Step(8 * time.Second)
 	authorize("renewal fails", authorizer.DecisionAllow)
-	a.inFlight.Wait()
+	a.answers.inFlight.Wait()
 	if got := testutil.ToFloat64(renewals.WithLabelValues("failed")); got != 1 {
 		t.Errorf("failed %v, want 1", got)
 	}
 	authorize("after a failed renewal, within the TTL", authorizer.DecisionAllow)
-	a.inFlight.Wait()
+	a.answers.inFlight.Wait()
 	clk.Step(2*time.Second + time.Millisecond)
 	if _, _, err := a.Authorize(ctx, node); err == nil {
 		t.Fatal("an answer whose renewal failed was used past the TTL")
@@ -165,7 +165,7 @@ func TestRenewingAuthorizer(t *testing.T) {
 
 func TestRenewingAuthorizerSkipsHugeAttributes(t *testing.T) {
 	apiserver := &reviewer{decision: authorizer.DecisionAllow}
-	a := newRenewingAuthorizer(apiserver, 10*time.Second, clocktesting.NewFakeClock(time.Unix(1000, 0)), nil, logr.Discard())
+	a := &renewingAuthorizer{inner: apiserver, answers: newRenewing(10*time.Second, clocktesting.NewFakeClock(time.Unix(1000, 0)), nil, logr.Discard())}
 	huge := authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "alice"}, Verb: "get", Resource: "configmaps", Name: strings.Repeat("x", renewalMaxAttributes), ResourceRequest: true}
 	for range 2 {
 		if _, _, err := a.Authorize(context.Background(), huge); err != nil {
@@ -178,6 +178,45 @@ func TestRenewingAuthorizerSkipsHugeAttributes(t *testing.T) {
 	apiserver.set(authorizer.DecisionDeny, errors.New("boom"))
 	if _, _, err := a.Authorize(context.Background(), huge); err == nil {
 		t.Error("the error was lost")
+	}
+}
+
+// TestLookupsShared: requests that find no answer wait for one review, and
+// one whose request ends stops waiting without ending the others'.
+func TestLookupsShared(t *testing.T) {
+	apiserver := &reviewer{decision: authorizer.DecisionAllow, gate: make(chan struct{})}
+	a := &renewingAuthorizer{inner: apiserver, answers: newRenewing(10*time.Second, clocktesting.NewFakeClock(time.Unix(1000, 0)), nil, logr.Discard())}
+	alice := authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "alice"}, Verb: "list", Resource: "pods", ResourceRequest: true}
+	gone, leave := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		_, _, err := a.Authorize(gone, alice)
+		left <- err
+	}()
+	waitFor(t, func() bool { return apiserver.count() == 1 })
+	var wg sync.WaitGroup
+	decisions := make([]authorizer.Decision, 8)
+	for i := range decisions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			decisions[i], _, _ = a.Authorize(context.Background(), alice)
+		}()
+	}
+	leave()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the request that ended: %v, want context.Canceled", err)
+	}
+	time.Sleep(10 * time.Millisecond) // the others are waiting
+	close(apiserver.gate)
+	wg.Wait()
+	for i, d := range decisions {
+		if d != authorizer.DecisionAllow {
+			t.Errorf("request %d: %v, want allow", i, d)
+		}
+	}
+	if n := apiserver.count(); n != 1 {
+		t.Errorf("asked %d times for 9 requests of one question, want 1", n)
 	}
 }
 
