@@ -384,7 +384,12 @@ func runFloodPhase(s floodServer, ids floodIdentities, f *floodOptions, flood st
 			ph.levelLimit += l / float64(len(limits))
 		}
 		ph.levelLingering = (g.lingered - g0.lingered) / (ph.levelLimit * ph.elapsed.Seconds())
-		ph.seatCPU, ph.shardSeatCPU = g.seatCPU, g.shardSeatCPU
+		// The kind of read the phase floods with.
+		kind := "list"
+		if flood == "watchlists" {
+			kind = "watch-list"
+		}
+		ph.seatCPU, ph.shardSeatCPU = g.seatCPU[kind], g.shardSeatCPU
 	}
 	return ph, nil
 }
@@ -399,10 +404,12 @@ type tierGauges struct {
 	// limit is the level's current limit in seats, lingered the
 	// seat-seconds its requests held after they ended so far.
 	limit, lingered float64
-	// seatCPU is the tier's own CPU per seat's worth of read work
-	// (cachetier_seat_cpu_seconds), shardSeatCPU a front's shards' mean
-	// (cachetier_fleet_shard_seat_cpu_seconds; 0 standalone).
-	seatCPU, shardSeatCPU float64
+	// seatCPU is the tier's own CPU per seat's worth of read work by
+	// kind (cachetier_seat_cpu_seconds: list, watch-list), shardSeatCPU a
+	// front's shards' mean (cachetier_fleet_shard_seat_cpu_seconds; 0
+	// standalone).
+	seatCPU      map[string]float64
+	shardSeatCPU float64
 }
 
 // readTierGauges reads a tier's gauges at level; not ok for the
@@ -428,7 +435,11 @@ func readTierGauges(s floodServer, level string) (g tierGauges, ok bool) {
 		case name == "cachetier_priority_and_fairness_lingering_seat_seconds_total" && strings.Contains(labels, want):
 			g.lingered = value
 		case name == "cachetier_seat_cpu_seconds":
-			g.seatCPU = value
+			if g.seatCPU == nil {
+				g.seatCPU = map[string]float64{}
+			}
+			kind, _ := strings.CutPrefix(labels, `kind="`)
+			g.seatCPU[strings.TrimSuffix(kind, `"`)] = value
 		case name == "cachetier_fleet_shard_seat_cpu_seconds":
 			g.shardSeatCPU = max(g.shardSeatCPU, value)
 		}

@@ -533,16 +533,16 @@ func checkSeatCPU(t *testing.T, body string, pid int) {
 	t.Helper()
 	gauges := map[string]float64{}
 	for _, line := range strings.Split(body, "\n") {
-		for _, name := range []string{"cachetier_seat_cpu_seconds ", `cachetier_fleet_shard_seat_cpu_seconds{resource="configmaps"} `} {
+		for _, name := range []string{`cachetier_seat_cpu_seconds{kind="list"} `, `cachetier_fleet_shard_seat_cpu_seconds{resource="configmaps"} `} {
 			if v, ok := strings.CutPrefix(line, name); ok {
 				gauges[name], _ = strconv.ParseFloat(v, 64)
 				t.Logf("%s", line)
 			}
 		}
 	}
-	own, ok := gauges["cachetier_seat_cpu_seconds "]
+	own, ok := gauges[`cachetier_seat_cpu_seconds{kind="list"} `]
 	if !ok || own < seatcpu.Min.Seconds() || own > seatcpu.Max.Seconds() {
-		t.Errorf("cachetier_seat_cpu_seconds %g (present: %v) on /metrics (pid %d), want within [%v, %v]", own, ok, pid, seatcpu.Min, seatcpu.Max)
+		t.Errorf(`cachetier_seat_cpu_seconds{kind="list"} %g (present: %v) on /metrics (pid %d), want within [%v, %v]`, own, ok, pid, seatcpu.Min, seatcpu.Max)
 	}
 	shards, front := gauges[`cachetier_fleet_shard_seat_cpu_seconds{resource="configmaps"} `]
 	switch {

@@ -133,14 +133,22 @@ func Estimate(c front.Cost, seatCPU time.Duration, seatsPerCore float64) fcreque
 }
 
 // estimator is the filter's WorkEstimatorFunc: at the fixed SeatCPU
-// when set, else at what the learner has learned (seatcpu.Default
-// without one).
+// when set, else at what the learner has learned for the request's kind
+// (seatcpu.Default without one).
 func (a *APF) estimator() fcrequest.WorkEstimatorFunc {
 	seatCPU := a.opts.Learner.SeatCPU
 	if a.opts.SeatCPU > 0 {
-		seatCPU = func() time.Duration { return a.opts.SeatCPU }
+		seatCPU = func(seatcpu.Kind) time.Duration { return a.opts.SeatCPU }
 	}
 	return Estimator(a.opts.Costs, seatCPU, a.seatsPerCore())
+}
+
+// workKind is the learner's kind of a LIST's or watch-list's work.
+func workKind(c front.Cost) seatcpu.Kind {
+	if c.Kind == front.CostWatchList {
+		return seatcpu.WatchList
+	}
+	return seatcpu.List
 }
 
 // seatsPerCore is the server's seats over the cores they stand for.
@@ -152,19 +160,21 @@ func (a *APF) seatsPerCore() float64 {
 }
 
 // Estimator returns the work estimator over costs (Estimate at
-// seatCPU's current value). It notes on the request its level, the
-// seat-seconds it lingers and the work a LIST or watch-list does, which
-// the filter counts for the learner as the request starts executing.
-func Estimator(costs Coster, seatCPU func() time.Duration, seatsPerCore float64) fcrequest.WorkEstimatorFunc {
+// seatCPU's current value for the request's kind). It notes on the
+// request its level, the seat-seconds it lingers and the work a LIST or
+// watch-list does, which the filter counts for the learner as the
+// request starts executing.
+func Estimator(costs Coster, seatCPU func(seatcpu.Kind) time.Duration, seatsPerCore float64) fcrequest.WorkEstimatorFunc {
 	return func(r *http.Request, flowSchema, priorityLevel string) fcrequest.WorkEstimate {
 		info, _ := request.RequestInfoFrom(r.Context())
 		c := costs.Cost(r, info)
-		we := Estimate(c, seatCPU(), seatsPerCore)
+		kind := workKind(c)
+		we := Estimate(c, seatCPU(kind), seatsPerCore)
 		var work float64
 		if c.Kind == front.CostList || c.Kind == front.CostWatchList {
 			work = cpuWork(c)
 		}
-		noteClassified(r, flowSchema, priorityLevel, float64(we.FinalSeats)*we.AdditionalLatency.Seconds(), work)
+		noteClassified(r, flowSchema, priorityLevel, float64(we.FinalSeats)*we.AdditionalLatency.Seconds(), kind, work)
 		return we
 	}
 }

@@ -1,10 +1,15 @@
 package apf
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
+	"k8s.io/apiserver/pkg/endpoints/request"
+
 	"github.com/cachetier/cachetier/cache-server/internal/front"
+	"github.com/cachetier/cachetier/cache-server/internal/seatcpu"
 )
 
 // TestSeats: the width of each kind of work, at most maxSeatsLimit.
@@ -83,6 +88,36 @@ func TestLinger(t *testing.T) {
 			if want := tc.seatsPerCore * busy; charged < want*0.999 || charged > want*1.001 {
 				t.Errorf("%s: %g seat-ns charged, want %g", tc.name, charged, want)
 			}
+		}
+	}
+}
+
+// fixedCost is a Coster whose every request costs c.
+type fixedCost struct{ c front.Cost }
+
+func (f fixedCost) Cost(*http.Request, *request.RequestInfo) front.Cost { return f.c }
+
+// TestEstimatorChargesByKind: a LIST lingers at the CPU per seat learned
+// for LISTs, a watch-list at the one learned for watch-lists, and the
+// learner counts each one's work as its kind's when it executes.
+func TestEstimatorChargesByKind(t *testing.T) {
+	perKind := map[seatcpu.Kind]time.Duration{seatcpu.List: 100 * time.Microsecond, seatcpu.WatchList: 400 * time.Microsecond}
+	seatCPU := func(k seatcpu.Kind) time.Duration { return perKind[k] }
+	full := front.Cost{Walked: 10_000, Returned: 10_000, Bytes: 14 << 20}
+	for _, tc := range []struct {
+		kind front.CostKind
+		want seatcpu.Kind
+	}{{front.CostList, seatcpu.List}, {front.CostWatchList, seatcpu.WatchList}} {
+		c := full
+		c.Kind = tc.kind
+		r, classified := withClassified(httptest.NewRequest(http.MethodGet, "/api/v1/configmaps", nil))
+		we := Estimator(fixedCost{c}, seatCPU, SeatsPerCore)(r, "global-default", "global-default")
+		if want := Linger(c, we.InitialSeats, perKind[tc.want], SeatsPerCore); we.AdditionalLatency != want || want == 0 {
+			t.Errorf("%s: lingers %v, want %v (at %v a seat)", tc.kind, we.AdditionalLatency, want, perKind[tc.want])
+		}
+		kind, work := noteExecuted(r)
+		if kind != tc.want || work != cpuWork(c) || !classified.executed {
+			t.Errorf("%s: counted %v seats' worth as %v, want %v as %v", tc.kind, work, kind, cpuWork(c), tc.want)
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/cachetier/cachetier/cache-server/internal/seatcpu"
 )
 
 // Who is rejected. The metrics say which flow schema and priority level
@@ -32,8 +34,10 @@ type classified struct {
 	// (FinalSeats × AdditionalLatency; estimate.go).
 	lingering float64
 	// work is a LIST's or watch-list's seats' worth of work (the
-	// learner's unit, seatcpu.Work), counted when it executes.
+	// learner's unit, seatcpu.Work) and its kind, counted when it
+	// executes.
 	work float64
+	kind seatcpu.Kind
 }
 
 type classifiedKey struct{}
@@ -50,24 +54,24 @@ func classifiedOf(r *http.Request) *classified {
 
 // noteClassified records fs and pl on r's classified, if it has one,
 // the seat-seconds its estimate holds after it ends and its work.
-func noteClassified(r *http.Request, fs, pl string, lingering, work float64) {
+func noteClassified(r *http.Request, fs, pl string, lingering float64, kind seatcpu.Kind, work float64) {
 	if c := classifiedOf(r); c != nil {
 		c.mu.Lock()
-		c.flowSchema, c.priorityLevel, c.lingering, c.work = fs, pl, lingering, work
+		c.flowSchema, c.priorityLevel, c.lingering, c.kind, c.work = fs, pl, lingering, kind, work
 		c.mu.Unlock()
 	}
 }
 
 // noteExecuted records that the filter let r's request execute, and
-// returns its work.
-func noteExecuted(r *http.Request) (work float64) {
+// returns its work and the work's kind.
+func noteExecuted(r *http.Request) (kind seatcpu.Kind, work float64) {
 	if c := classifiedOf(r); c != nil {
 		c.mu.Lock()
 		c.executed = true
-		work = c.work
+		kind, work = c.kind, c.work
 		c.mu.Unlock()
 	}
-	return work
+	return kind, work
 }
 
 // lingered is the level and the seat-seconds held after the request

@@ -187,8 +187,8 @@ func TestWatchListHoldsSeatsUntilInitialEventsEnd(t *testing.T) {
 	waitFor("after the initial-events-end bookmark", func(v float64) bool { return v == 0 })
 	r := requestOf(t, watchList, "")
 	info, _ := request.RequestInfoFrom(r.Context())
-	if c := srv.Cost(r, info); learner.Work() < seatcpu.Work(c.Walked, c.Bytes)-0.01 {
-		t.Errorf("the open watch-list's work counted: %g seats' worth, want %g", learner.Work(), seatcpu.Work(c.Walked, c.Bytes))
+	if c := srv.Cost(r, info); learner.Work(seatcpu.WatchList) < seatcpu.Work(c.Walked, c.Bytes)-0.01 {
+		t.Errorf("the open watch-list's work counted: %g seats' worth, want %g", learner.Work(seatcpu.WatchList), seatcpu.Work(c.Walked, c.Bytes))
 	}
 	if got := apf.Estimator(srv, defaultSeatCPU, apf.SeatsPerCore)(requestOf(t, "/api/v1/pods?watch=true&resourceVersion=1500", ""), "", "").InitialSeats; got != 1 {
 		t.Errorf("a plain watch: %d seats, want 1", got)
@@ -211,7 +211,7 @@ func authenticated(t *testing.T, h http.Handler) *httptest.Server {
 
 // defaultSeatCPU is the estimators' CPU per seat's worth of work before
 // a process has learned its own.
-func defaultSeatCPU() time.Duration { return seatcpu.Default }
+func defaultSeatCPU(seatcpu.Kind) time.Duration { return seatcpu.Default }
 
 // TestListSeatsLingerForTheCoreTheyTook: through the priority and
 // fairness filter, a full LIST's seats stay in use after its response is
@@ -228,7 +228,7 @@ func TestListSeatsLingerForTheCoreTheyTook(t *testing.T) {
 	// A slow core, so that the linger is long enough to see.
 	const seatCPU = 20 * time.Millisecond
 	const list = "/api/v1/pods"
-	we := apf.Estimator(srv, func() time.Duration { return seatCPU }, apf.SeatsPerCore)(requestOf(t, list, ""), "", "")
+	we := apf.Estimator(srv, func(seatcpu.Kind) time.Duration { return seatCPU }, apf.SeatsPerCore)(requestOf(t, list, ""), "", "")
 	if we.AdditionalLatency < 200*time.Millisecond || we.FinalSeats != we.InitialSeats {
 		t.Fatalf("a full LIST of %d pods: %+v, want its seats lingering 200 ms or more", n, we)
 	}
@@ -292,7 +292,7 @@ func TestListSeatsLingerForTheCoreTheyTook(t *testing.T) {
 	r := requestOf(t, list, "")
 	info, _ := request.RequestInfoFrom(r.Context())
 	c := srv.Cost(r, info)
-	if got, want := learner.Work(), 2*seatcpu.Work(c.Walked, c.Bytes); got < want-0.01 || got > want+0.01 {
+	if got, want := learner.Work(seatcpu.List), 2*seatcpu.Work(c.Walked, c.Bytes); got < want-0.01 || got > want+0.01 {
 		t.Errorf("the learner counted %g seats' worth of work, want the two LISTs' %g", got, want)
 	}
 	t.Logf("%d seats lingering %v; LISTs took %v, then %v", we.InitialSeats, we.AdditionalLatency, first, second)

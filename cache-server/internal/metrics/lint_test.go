@@ -17,8 +17,9 @@ import (
 // fixed outcome/type/reason/path/result values the code sets; version is
 // go_info's (one value per binary); priority_level the cluster's
 // PriorityLevelConfigurations (a handful, as kube-apiserver's
-// apiserver_flowcontrol_* series carry).
-var boundedLabels = []string{"verb", "resource", "code", "outcome", "type", "reason", "shard", "path", "result", "version", "index", "review", "priority_level"}
+// apiserver_flowcontrol_* series carry); kind the kinds of read work
+// (seatcpu.Kind: list, watch-list).
+var boundedLabels = []string{"verb", "resource", "code", "outcome", "type", "reason", "shard", "path", "result", "version", "index", "review", "priority_level", "kind"}
 
 // TestMetricNamesFollowConventions lints everything a cache-server
 // registers (its own metrics and Go's runtime and process collectors, as

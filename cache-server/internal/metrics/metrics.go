@@ -86,9 +86,9 @@ type Metrics struct {
 	// APFLingering: priority_level; seat-seconds requests held after
 	// they ended (package apf, estimate.go).
 	APFLingering *prometheus.CounterVec
-	// SeatCPU: no labels; the CPU a seat's worth of read work takes
-	// (package seatcpu), in every role.
-	SeatCPU prometheus.Gauge
+	// SeatCPU: kind (list, watch-list); the CPU a seat's worth of read
+	// work takes (package seatcpu), in every role.
+	SeatCPU *prometheus.GaugeVec
 	// RequestDeadlineExceeded: verb; requests still running at the
 	// request deadline (package deadline), cut there.
 	RequestDeadlineExceeded *prometheus.CounterVec
@@ -305,10 +305,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_priority_and_fairness_lingering_seat_seconds_total",
 		Help: "Seat-seconds that LISTs and watch-lists held after they ended, by priority level: the rest of the core such a request ran on, charged so that a level's seats bound its CPU (docs/priority-and-fairness.md). Over the level's current limit, the share of its seats held this way.",
 	}, []string{"priority_level"})
-	m.SeatCPU = prometheus.NewGauge(prometheus.GaugeOpts{
+	m.SeatCPU = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "cachetier_seat_cpu_seconds",
-		Help: "CPU time this process takes for a seat's worth of a read's work (1,000 objects walked or 1 MiB written), learned from its own CPU time while it serves LISTs and watch-lists; priority and fairness charges a LIST's seats after it ends by it (a fleet's front adds its shards' values, which they report; docs/priority-and-fairness.md).",
-	})
+		Help: "CPU time this process takes for a seat's worth of a read's work (1,000 objects walked or 1 MiB written), by kind of read (list, watch-list), learned from its own CPU time while it serves them; priority and fairness charges a LIST's or watch-list's seats after it ends by it (a fleet's front adds its shards' list values, which they report; docs/priority-and-fairness.md).",
+	}, []string{"kind"})
 	m.RequestDeadlineExceeded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_request_deadline_exceeded_total",
 		Help: "Requests other than watches still running at the request deadline (60 s, kube-apiserver's --request-timeout), by verb: cut there, a slow client's LIST releases what it held.",

@@ -19,8 +19,10 @@
 // watch stream, dispatching events, GETs, garbage collection of the
 // stored objects — so windows with almost no reads give that base rate,
 // and windows with many reads give the cost per
-// unit as (CPU rate − base) / work rate, smoothed and bounded. Between
-// floods the estimate stays where the last one left it.
+// unit as (CPU rate − base) / work rate, smoothed and bounded — per kind
+// of read (Kind: LISTs and watch-lists), each learned in the windows it
+// dominates. Between floods the estimate stays where the last one left
+// it.
 package seatcpu
 
 import (
@@ -82,10 +84,37 @@ const (
 	smoothing = 0.5
 )
 
+// Kind is a kind of read work, whose CPU per seat's worth is learned
+// apart: a watch-list writes every object as an event of its own where a
+// LIST writes one body, often gzipped chunks kept from an earlier LIST —
+// the standalone tier on this project's machine took 113–156 µs a seat
+// for LISTs and 427–499 µs for watch-lists (docs/benchmarks.md). With
+// one value, each flood of the other kind started at the wrong cost and
+// took four windows (20 s) to reach its own.
+type Kind int
+
+const (
+	// List: a LIST's body, and a shard's list for a front.
+	List Kind = iota
+	// WatchList: a watch-list's initial events.
+	WatchList
+	kinds
+)
+
+func (k Kind) String() string {
+	if k == WatchList {
+		return "watch-list"
+	}
+	return "list"
+}
+
+// Reads is a window's reads by kind, in seats' worth.
+type Reads [kinds]float64
+
 // Estimate is what the learner knows.
 type Estimate struct {
-	// SeatCPU is the CPU time a seat's worth of work takes.
-	SeatCPU time.Duration
+	// SeatCPU is the CPU time a seat's worth of work takes, by kind.
+	SeatCPU [kinds]time.Duration
 	// Base is the cores the process spends beside its reads; BaseKnown
 	// once a window measured it (until then all CPU is the reads').
 	Base      float64
@@ -93,86 +122,119 @@ type Estimate struct {
 }
 
 // Next is e after a window of dt in which the process used cpu and did
-// work seats' worth of reads.
-func (e Estimate) Next(cpu time.Duration, work float64, dt time.Duration) Estimate {
-	if dt <= 0 || cpu < 0 || work < 0 {
+// work. A kind is learned in a window where it alone did enough reads:
+// its cost is what is left of the CPU after the base and the other
+// kind's reads at their current cost.
+func (e Estimate) Next(cpu time.Duration, work Reads, dt time.Duration) Estimate {
+	if dt <= 0 || cpu < 0 {
 		return e
 	}
+	var rate [kinds]float64
+	readCores := 0.0
+	for k, w := range work {
+		if w < 0 {
+			return e
+		}
+		rate[k] = w / dt.Seconds()
+		readCores += rate[k] * Default.Seconds()
+	}
 	cores := cpu.Seconds() / dt.Seconds()
-	workRate := work / dt.Seconds()
-	switch readCores := workRate * Default.Seconds(); {
-	case readCores < baseCores:
+	if readCores < baseCores {
 		if !e.BaseKnown {
 			e.Base, e.BaseKnown = cores, true
 		} else {
 			e.Base += smoothing * (cores - e.Base)
 		}
 		return e
-	case readCores < learnCores:
-		return e
 	}
-	measured := time.Duration((cores - e.Base) / workRate * float64(time.Second))
-	measured = min(max(measured, Min), Max)
-	e.SeatCPU += time.Duration(smoothing * float64(measured-e.SeatCPU))
-	return e
+	next := e
+	for k := range rate {
+		if rate[k]*Default.Seconds() < learnCores {
+			continue
+		}
+		others := 0.0
+		for j := range rate {
+			if j != k {
+				others += rate[j] * e.SeatCPU[j].Seconds()
+			}
+		}
+		measured := time.Duration((cores - e.Base - others) / rate[k] * float64(time.Second))
+		measured = min(max(measured, Min), Max)
+		next.SeatCPU[k] += time.Duration(smoothing * float64(measured-e.SeatCPU[k]))
+	}
+	return next
 }
 
 // Learner learns the process's Estimate while it runs (Run).
 type Learner struct {
-	// work is the seats' worth of reads done, in thousandths.
-	work    atomic.Uint64
-	seatCPU atomic.Int64
+	// work is the seats' worth of reads done, in thousandths, by kind.
+	work    [kinds]atomic.Uint64
+	seatCPU [kinds]atomic.Int64
 	// cpu is the process's CPU time so far.
 	cpu    func() (time.Duration, error)
 	window time.Duration
-	gauge  prometheus.Gauge
+	gauge  *prometheus.GaugeVec // kind
 	log    logr.Logger
 }
 
-// New returns a learner starting at Default; gauge (optional) exports
-// its SeatCPU.
-func New(gauge prometheus.Gauge, log logr.Logger) *Learner {
+// New returns a learner starting at Default for every kind; gauge
+// (optional, labelled kind) exports its SeatCPU.
+func New(gauge *prometheus.GaugeVec, log logr.Logger) *Learner {
 	l := &Learner{cpu: processCPU, window: Window, gauge: gauge, log: log}
-	l.set(Default)
+	for k := range kinds {
+		l.set(k, Default)
+	}
 	return l
 }
 
-// Did counts work seats' worth of a read served.
-func (l *Learner) Did(work float64) {
+// Did counts work seats' worth of a read of kind k served.
+func (l *Learner) Did(k Kind, work float64) {
 	if l != nil && work > 0 {
-		l.work.Add(uint64(math.Round(work * 1000)))
+		l.work[k].Add(uint64(math.Round(work * 1000)))
 	}
 }
 
-// Work is the seats' worth of reads counted so far.
-func (l *Learner) Work() float64 { return float64(l.work.Load()) / 1000 }
+// Work is the seats' worth of reads of kind k counted so far.
+func (l *Learner) Work(k Kind) float64 { return float64(l.work[k].Load()) / 1000 }
 
-// SeatCPU is the current estimate (Default for a nil learner).
-func (l *Learner) SeatCPU() time.Duration {
+// SeatCPU is the current estimate for kind k (Default for a nil learner).
+func (l *Learner) SeatCPU(k Kind) time.Duration {
 	if l == nil {
 		return Default
 	}
-	return time.Duration(l.seatCPU.Load())
+	return time.Duration(l.seatCPU[k].Load())
 }
 
-func (l *Learner) set(d time.Duration) {
-	l.seatCPU.Store(int64(d))
+func (l *Learner) set(k Kind, d time.Duration) {
+	l.seatCPU[k].Store(int64(d))
 	if l.gauge != nil {
-		l.gauge.Set(d.Seconds())
+		l.gauge.WithLabelValues(k.String()).Set(d.Seconds())
 	}
 }
 
-// Run learns every Window until ctx ends. It logs when the estimate has
-// moved by a quarter since it last logged.
+// worked is the work counted so far, by kind.
+func (l *Learner) worked() [kinds]uint64 {
+	var w [kinds]uint64
+	for k := range w {
+		w[k] = l.work[k].Load()
+	}
+	return w
+}
+
+// Run learns every Window until ctx ends. It logs when a kind's estimate
+// has moved by a quarter since it last logged.
 func (l *Learner) Run(ctx context.Context) {
-	e := Estimate{SeatCPU: l.SeatCPU()}
+	var e Estimate
+	for k := range kinds {
+		e.SeatCPU[k] = l.SeatCPU(k)
+	}
 	logged := e.SeatCPU
 	cpu0, err := l.cpu()
 	if err != nil {
 		l.log.Error(err, "reading the process's CPU time; LISTs are charged the default CPU per seat", "seatCPU", Default)
 		return
 	}
-	work0, t0 := l.work.Load(), time.Now()
+	work0, t0 := l.worked(), time.Now()
 	tick := time.NewTicker(l.window)
 	defer tick.Stop()
 	for {
@@ -185,13 +247,19 @@ func (l *Learner) Run(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		work, now := l.work.Load(), time.Now()
-		e = e.Next(cpu-cpu0, float64(work-work0)/1000, now.Sub(t0))
+		work, now := l.worked(), time.Now()
+		var did Reads
+		for k := range did {
+			did[k] = float64(work[k]-work0[k]) / 1000
+		}
+		e = e.Next(cpu-cpu0, did, now.Sub(t0))
 		cpu0, work0, t0 = cpu, work, now
-		l.set(e.SeatCPU)
-		if d := float64(e.SeatCPU - logged); math.Abs(d) >= 0.25*float64(logged) {
-			l.log.Info("CPU per seat of read work learned", "seatCPU", e.SeatCPU, "baseCores", e.Base, "was", logged)
-			logged = e.SeatCPU
+		for k := range kinds {
+			l.set(k, e.SeatCPU[k])
+			if d := float64(e.SeatCPU[k] - logged[k]); math.Abs(d) >= 0.25*float64(logged[k]) {
+				l.log.Info("CPU per seat of read work learned", "kind", k.String(), "seatCPU", e.SeatCPU[k], "baseCores", e.Base, "was", logged[k])
+				logged[k] = e.SeatCPU[k]
+			}
 		}
 	}
 }

@@ -25,25 +25,25 @@ func TestWork(t *testing.T) {
 func TestNext(t *testing.T) {
 	const dt = 5 * time.Second
 	cores := func(c float64) time.Duration { return time.Duration(c * float64(dt)) }
-	start := Estimate{SeatCPU: Default}
+	start := Estimate{SeatCPU: [kinds]time.Duration{Default, Default}}
 
 	// An idle window (ingest, 0.05 cores): the base, the cost unchanged.
-	e := start.Next(cores(0.05), 0, dt)
-	if !e.BaseKnown || e.Base != 0.05 || e.SeatCPU != Default {
+	e := start.Next(cores(0.05), Reads{}, dt)
+	if !e.BaseKnown || e.Base != 0.05 || e.SeatCPU[List] != Default {
 		t.Fatalf("after an idle window: %+v", e)
 	}
 	// A flood: 4,000 seats' worth a second on 0.85 cores, 0.80 of them
 	// the reads' — 200 µs a seat, half way there in one window.
-	flood := func(e Estimate) Estimate { return e.Next(cores(0.85), 4000*dt.Seconds(), dt) }
+	flood := func(e Estimate) Estimate { return e.Next(cores(0.85), Reads{List: 4000 * dt.Seconds()}, dt) }
 	e = flood(e)
-	if !near(e.SeatCPU, 150*time.Microsecond) {
-		t.Fatalf("after one flooded window: %v, want 150µs", e.SeatCPU)
+	if !near(e.SeatCPU[List], 150*time.Microsecond) {
+		t.Fatalf("after one flooded window: %v, want 150µs", e.SeatCPU[List])
 	}
 	for range 10 {
 		e = flood(e)
 	}
-	if !near(e.SeatCPU, 200*time.Microsecond) {
-		t.Fatalf("after eleven flooded windows: %v, want 200µs", e.SeatCPU)
+	if !near(e.SeatCPU[List], 200*time.Microsecond) || e.SeatCPU[WatchList] != Default {
+		t.Fatalf("after eleven flooded windows: %v, want 200µs for LISTs and watch-lists untouched", e.SeatCPU)
 	}
 	if e.Base != 0.05 {
 		t.Fatalf("the base moved under the flood: %v", e.Base)
@@ -51,42 +51,71 @@ func TestNext(t *testing.T) {
 	learned := e
 	// Some reads (200 seats' worth a second, 0.02 cores at Default): too
 	// few to learn from, too many to be the base.
-	if got := learned.Next(cores(0.1), 200*dt.Seconds(), dt); got != learned {
+	if got := learned.Next(cores(0.1), Reads{List: 200 * dt.Seconds()}, dt); got != learned {
 		t.Fatalf("a window of a few reads changed %+v to %+v", learned, got)
 	}
 	// The next idle window moves the base half way, not the cost.
-	if got := learned.Next(cores(0.15), 0, dt); got.Base != 0.1 || got.SeatCPU != learned.SeatCPU {
+	if got := learned.Next(cores(0.15), Reads{}, dt); got.Base != 0.1 || got.SeatCPU != learned.SeatCPU {
 		t.Fatalf("a busier idle window: %+v", got)
 	}
 	// Bounds: reads that seem to cost nothing (the base was measured
 	// while something else ran) or everything.
 	low := learned
 	for range 20 {
-		low = low.Next(cores(0.05), 4000*dt.Seconds(), dt)
+		low = low.Next(cores(0.05), Reads{List: 4000 * dt.Seconds()}, dt)
 	}
-	if low.SeatCPU < Min || !near(low.SeatCPU, Min) {
-		t.Errorf("reads at the base's CPU: %v, want about %v", low.SeatCPU, Min)
+	if low.SeatCPU[List] < Min || !near(low.SeatCPU[List], Min) {
+		t.Errorf("reads at the base's CPU: %v, want about %v", low.SeatCPU[List], Min)
 	}
 	high := learned
 	for range 20 {
-		high = high.Next(cores(2), 600*dt.Seconds(), dt)
+		high = high.Next(cores(2), Reads{List: 600 * dt.Seconds()}, dt)
 	}
-	if high.SeatCPU > Max || !near(high.SeatCPU, Max) {
-		t.Errorf("reads on two cores at 600 seats a second: %v, want about %v", high.SeatCPU, Max)
+	if high.SeatCPU[List] > Max || !near(high.SeatCPU[List], Max) {
+		t.Errorf("reads on two cores at 600 seats a second: %v, want about %v", high.SeatCPU[List], Max)
 	}
 	// No base yet (flooded from the start): all the CPU is the reads'.
-	if got := start.Next(cores(0.8), 4000*dt.Seconds(), dt); !near(got.SeatCPU, 150*time.Microsecond) || got.BaseKnown {
+	if got := start.Next(cores(0.8), Reads{List: 4000 * dt.Seconds()}, dt); !near(got.SeatCPU[List], 150*time.Microsecond) || got.BaseKnown {
 		t.Errorf("a first window flooded: %+v", got)
 	}
 	// Nonsense in, nothing changed.
 	for _, bad := range []struct {
 		cpu  time.Duration
-		work float64
+		work Reads
 		dt   time.Duration
-	}{{cores(1), 100, 0}, {-1, 100, dt}, {cores(1), -1, dt}} {
+	}{{cores(1), Reads{List: 100}, 0}, {-1, Reads{List: 100}, dt}, {cores(1), Reads{List: -1}, dt}, {cores(1), Reads{WatchList: -1}, dt}} {
 		if got := learned.Next(bad.cpu, bad.work, bad.dt); got != learned {
 			t.Errorf("Next(%v, %v, %v) changed the estimate: %+v", bad.cpu, bad.work, bad.dt, got)
 		}
+	}
+}
+
+// TestNextPerKind: each kind is learned in the windows it dominates, with
+// the other kind's reads of the window charged at their current cost.
+func TestNextPerKind(t *testing.T) {
+	const dt = 5 * time.Second
+	cores := func(c float64) time.Duration { return time.Duration(c * float64(dt)) }
+	e := Estimate{SeatCPU: [kinds]time.Duration{Default, Default}}.Next(cores(0.05), Reads{}, dt)
+	// A LIST flood at 150 µs a seat, then a watch-list flood at 450.
+	for range 20 {
+		e = e.Next(cores(0.05+4000*150e-6), Reads{List: 4000 * dt.Seconds()}, dt)
+	}
+	for range 20 {
+		e = e.Next(cores(0.05+1500*450e-6), Reads{WatchList: 1500 * dt.Seconds()}, dt)
+	}
+	if !near(e.SeatCPU[List], 150*time.Microsecond) || !near(e.SeatCPU[WatchList], 450*time.Microsecond) {
+		t.Fatalf("after a LIST flood and a watch-list flood: %v, want [150µs 450µs]", e.SeatCPU)
+	}
+	// The next LIST flood starts at its own cost: one window leaves it
+	// there, the watch-lists' cost too.
+	if got := e.Next(cores(0.05+4000*150e-6), Reads{List: 4000 * dt.Seconds()}, dt); !near(got.SeatCPU[List], 150*time.Microsecond) || got.SeatCPU[WatchList] != e.SeatCPU[WatchList] {
+		t.Errorf("a LIST flood after a watch-list flood: %v", got.SeatCPU)
+	}
+	// A watch-list flood with some LISTs (100 seats' worth a second, too
+	// few to learn from): their CPU at 150 µs is not the watch-lists'.
+	mixed := cores(0.05 + 100*150e-6 + 1500*450e-6)
+	if got := e.Next(mixed, Reads{List: 100 * dt.Seconds(), WatchList: 1500 * dt.Seconds()}, dt); !near(got.SeatCPU[WatchList], 450*time.Microsecond) || got.SeatCPU[List] != e.SeatCPU[List] {
+		t.Errorf("a watch-list flood beside a few LISTs: %v, want [150µs 450µs]", got.SeatCPU)
 	}
 }
 
@@ -97,14 +126,16 @@ func near(a, b time.Duration) bool { return a-b < time.Microsecond && b-a < time
 // Did's work and exports what it learned; a nil learner is Default.
 func TestLearnerRun(t *testing.T) {
 	var nilLearner *Learner
-	nilLearner.Did(5)
-	if nilLearner.SeatCPU() != Default {
+	nilLearner.Did(List, 5)
+	if nilLearner.SeatCPU(WatchList) != Default {
 		t.Fatal("a nil learner is not Default")
 	}
-	gauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "seat_cpu"})
+	gauge := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "seat_cpu"}, []string{"kind"})
 	l := New(gauge, logr.Discard())
-	if got := testutil.ToFloat64(gauge); got != Default.Seconds() {
-		t.Fatalf("gauge starts at %v", got)
+	for _, kind := range []string{"list", "watch-list"} {
+		if got := testutil.ToFloat64(gauge.WithLabelValues(kind)); got != Default.Seconds() {
+			t.Fatalf("%s gauge starts at %v", kind, got)
+		}
 	}
 	// The process's real CPU time is read.
 	if c, err := processCPU(); err != nil || c <= 0 {
@@ -122,7 +153,7 @@ func TestLearnerRun(t *testing.T) {
 			cpu += time.Duration(0.05 * float64(l.window))
 		default:
 			cpu += time.Duration(0.85 * float64(l.window))
-			l.Did(4000 * l.window.Seconds())
+			l.Did(WatchList, 4000*l.window.Seconds())
 		}
 		return cpu, nil
 	}
@@ -131,17 +162,20 @@ func TestLearnerRun(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); l.Run(ctx) }()
 	deadline := time.Now().Add(30 * time.Second)
-	for l.SeatCPU() == Default && time.Now().Before(deadline) {
+	for l.SeatCPU(WatchList) == Default && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	cancel()
 	<-done
 	// Windows are as long as the ticker's, not exactly Window: about
 	// 150 µs after the first flooded window.
-	if got := l.SeatCPU(); got < 120*time.Microsecond || got > 180*time.Microsecond {
-		t.Fatalf("after an idle and a flooded window: %v, want about 150µs", got)
+	if got := l.SeatCPU(WatchList); got < 120*time.Microsecond || got > 180*time.Microsecond {
+		t.Fatalf("after an idle and a flooded window of watch-lists: %v, want about 150µs", got)
 	}
-	if got := testutil.ToFloat64(gauge); got != l.SeatCPU().Seconds() {
-		t.Errorf("gauge %v, estimate %v", got, l.SeatCPU())
+	if got := l.SeatCPU(List); got != Default {
+		t.Errorf("LISTs learned %v from a watch-list flood, want %v", got, Default)
+	}
+	if got := testutil.ToFloat64(gauge.WithLabelValues("watch-list")); got != l.SeatCPU(WatchList).Seconds() {
+		t.Errorf("gauge %v, estimate %v", got, l.SeatCPU(WatchList))
 	}
 }

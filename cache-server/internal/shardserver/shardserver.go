@@ -136,7 +136,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if verb == "list" {
 		// A shard walks about what it writes: the fronts' selectors and
 		// index narrow its scans before it writes an item.
-		s.seatCPU.Did(seatcpu.Work(out.Written()))
+		s.seatCPU.Did(seatcpu.List, seatcpu.Work(out.Written()))
 	}
 	s.metrics.ShardRequests.WithLabelValues(verb, label, outcome).Inc()
 	s.metrics.ShardRequestDuration.WithLabelValues(verb, label).Observe(time.Since(start).Seconds())
@@ -303,7 +303,7 @@ func (s *Server) watch(ctx context.Context, out *shardwire.Writer, res ingest.Re
 			return out.Watermark(rv, res.Ingester.UpstreamUncached())
 		}
 		sizesSent = time.Now()
-		return out.WatermarkWithSizes(rv, res.Ingester.UpstreamUncached(), res.Ingester.Store().Sizes(), s.seatCPU.SeatCPU())
+		return out.WatermarkWithSizes(rv, res.Ingester.UpstreamUncached(), res.Ingester.Store().Sizes(), s.seatCPU.SeatCPU(seatcpu.List))
 	}
 	if from == 0 {
 		if err := watermark(watcher.SnapshotRV); err != nil {
