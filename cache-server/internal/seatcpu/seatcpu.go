@@ -21,8 +21,8 @@
 // and windows with many reads give the cost per
 // unit as (CPU rate − base) / work rate, smoothed and bounded — per kind
 // of read (Kind: LISTs and watch-lists), each learned in the windows it
-// dominates. Between floods the estimate stays where the last one left
-// it.
+// dominates (90% of its reads or more). Between floods the estimate
+// stays where the last one left it.
 package seatcpu
 
 import (
@@ -78,6 +78,14 @@ const (
 	// base's error is small beside them (500 seats' worth a second, ~20
 	// full LISTs of 10,000 objects). Windows in between change nothing.
 	learnCores = 0.05
+	// dominant: a window teaches a kind only when that kind did this
+	// share of its reads (in seats' worth) or more. The other kinds'
+	// reads are charged at their current cost, which may be far off — at
+	// the start of the first flood of a kind it is still Default — so a
+	// window where a LIST flood hands over to a watch-list flood teaches
+	// neither: measured, it put the LISTs' cost at 370 µs, three times
+	// their own.
+	dominant = 0.9
 	// smoothing is the weight of a window's measurement: the estimate
 	// follows a change within a few windows and one odd window moves it
 	// half way at most.
@@ -122,9 +130,9 @@ type Estimate struct {
 }
 
 // Next is e after a window of dt in which the process used cpu and did
-// work. A kind is learned in a window where it alone did enough reads:
-// its cost is what is left of the CPU after the base and the other
-// kind's reads at their current cost.
+// work. A kind is learned in a window where it alone did enough reads and
+// nearly all of them (dominant): its cost is what is left of the CPU
+// after the base and the other kind's few reads at their current cost.
 func (e Estimate) Next(cpu time.Duration, work Reads, dt time.Duration) Estimate {
 	if dt <= 0 || cpu < 0 {
 		return e
@@ -148,8 +156,12 @@ func (e Estimate) Next(cpu time.Duration, work Reads, dt time.Duration) Estimate
 		return e
 	}
 	next := e
+	total := 0.0
+	for _, r := range rate {
+		total += r
+	}
 	for k := range rate {
-		if rate[k]*Default.Seconds() < learnCores {
+		if rate[k]*Default.Seconds() < learnCores || rate[k] < dominant*total {
 			continue
 		}
 		others := 0.0

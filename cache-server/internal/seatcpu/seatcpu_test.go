@@ -111,6 +111,14 @@ func TestNextPerKind(t *testing.T) {
 	if got := e.Next(cores(0.05+4000*150e-6), Reads{List: 4000 * dt.Seconds()}, dt); !near(got.SeatCPU[List], 150*time.Microsecond) || got.SeatCPU[WatchList] != e.SeatCPU[WatchList] {
 		t.Errorf("a LIST flood after a watch-list flood: %v", got.SeatCPU)
 	}
+	// A LIST flood handing over to a watch-list flood: both did many
+	// reads, neither nearly all; the watch-lists' cost may still be the
+	// default, which would make the LISTs look dearer. Nothing learned.
+	handover := e
+	handover.SeatCPU[WatchList] = Default
+	if got := handover.Next(cores(0.05+2000*150e-6+600*450e-6), Reads{List: 2000 * dt.Seconds(), WatchList: 600 * dt.Seconds()}, dt); got != handover {
+		t.Errorf("a window shared by a LIST flood and a watch-list flood changed %v to %v", handover.SeatCPU, got.SeatCPU)
+	}
 	// A watch-list flood with some LISTs (100 seats' worth a second, too
 	// few to learn from): their CPU at 150 µs is not the watch-lists'.
 	mixed := cores(0.05 + 100*150e-6 + 1500*450e-6)
