@@ -173,7 +173,7 @@ func Wrap(ctx context.Context, opts Options, handler http.Handler) (http.Handler
 	if err != nil {
 		return nil, 0, fmt.Errorf("build authorizer: %w", err)
 	}
-	authz = &renewingAuthorizer{inner: authz, answers: newRenewing(ttl, clock.RealClock{}, opts.AuthorizationRenewals, opts.Log)}
+	authz = &renewingAuthorizer{inner: authz, answers: newRenewingAnswers(ttl, clock.RealClock{}, opts.AuthorizationRenewals, opts.Log)}
 	authz = &lastKnownAuthorizer{inner: authz, answers: newLastKnown[authzAnswer]("subjectaccessreview", opts.LastKnownAnswers, opts.Log)}
 	authz = &selectorsNarrow{inner: authz, results: opts.SelectorAuthorizations}
 	resolver := &prefixResolver{paths: opts.Paths, factory: &request.RequestInfoFactory{

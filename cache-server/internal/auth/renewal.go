@@ -56,8 +56,8 @@ const (
 	reviewTimeout = 10 * time.Second
 )
 
-// renewingAnswers keeps authorization answers for ttl and renews those in use before
-// they expire (see above).
+// renewingAnswers keeps authorization answers for ttl and renews those in
+// use before they expire (see above).
 type renewingAnswers struct {
 	ttl   time.Duration
 	clock clock.Clock
@@ -82,7 +82,7 @@ type renewable struct {
 	asked time.Time
 }
 
-func newRenewing(ttl time.Duration, c clock.Clock, renewals *prometheus.CounterVec, log logr.Logger) *renewingAnswers {
+func newRenewingAnswers(ttl time.Duration, c clock.Clock, renewals *prometheus.CounterVec, log logr.Logger) *renewingAnswers {
 	return &renewingAnswers{
 		ttl: ttl, clock: c, renewals: renewals, log: log,
 		answers:  cache.NewLRUExpireCacheWithClock(renewalMaxEntries, c),

@@ -58,7 +58,7 @@ func TestRenewingAuthorizer(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	apiserver := &reviewer{decision: authorizer.DecisionAllow}
 	renewals := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"result"})
-	a := &renewingAuthorizer{inner: apiserver, answers: newRenewing(ttl, clk, renewals, logr.Discard())}
+	a := &renewingAuthorizer{inner: apiserver, answers: newRenewingAnswers(ttl, clk, renewals, logr.Discard())}
 	node := authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "system:node:n1", Groups: []string{"system:nodes"}}, Verb: "list", Resource: "pods", ResourceRequest: true}
 	ctx := context.Background()
 	authorize := func(when string, want authorizer.Decision) {
@@ -165,7 +165,7 @@ func TestRenewingAuthorizer(t *testing.T) {
 
 func TestRenewingAuthorizerSkipsHugeAttributes(t *testing.T) {
 	apiserver := &reviewer{decision: authorizer.DecisionAllow}
-	a := &renewingAuthorizer{inner: apiserver, answers: newRenewing(10*time.Second, clocktesting.NewFakeClock(time.Unix(1000, 0)), nil, logr.Discard())}
+	a := &renewingAuthorizer{inner: apiserver, answers: newRenewingAnswers(10*time.Second, clocktesting.NewFakeClock(time.Unix(1000, 0)), nil, logr.Discard())}
 	huge := authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "alice"}, Verb: "get", Resource: "configmaps", Name: strings.Repeat("x", renewalMaxAttributes), ResourceRequest: true}
 	for range 2 {
 		if _, _, err := a.Authorize(context.Background(), huge); err != nil {
@@ -185,7 +185,7 @@ func TestRenewingAuthorizerSkipsHugeAttributes(t *testing.T) {
 // one whose request ends stops waiting without ending the others'.
 func TestLookupsShared(t *testing.T) {
 	apiserver := &reviewer{decision: authorizer.DecisionAllow, gate: make(chan struct{})}
-	a := &renewingAuthorizer{inner: apiserver, answers: newRenewing(10*time.Second, clocktesting.NewFakeClock(time.Unix(1000, 0)), nil, logr.Discard())}
+	a := &renewingAuthorizer{inner: apiserver, answers: newRenewingAnswers(10*time.Second, clocktesting.NewFakeClock(time.Unix(1000, 0)), nil, logr.Discard())}
 	alice := authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "alice"}, Verb: "list", Resource: "pods", ResourceRequest: true}
 	gone, leave := context.WithCancel(context.Background())
 	left := make(chan error, 1)
