@@ -21,8 +21,8 @@
 // and windows with many reads give the cost per
 // unit as (CPU rate − base) / work rate, smoothed and bounded — per kind
 // of read (Kind: LISTs and watch-lists), each learned in the windows it
-// dominates (90% of its reads or more). Between floods the estimate
-// stays where the last one left it.
+// dominates (90% of its reads or more), together in the others. Between
+// floods the estimate stays where the last one left it.
 package seatcpu
 
 import (
@@ -78,13 +78,16 @@ const (
 	// base's error is small beside them (500 seats' worth a second, ~20
 	// full LISTs of 10,000 objects). Windows in between change nothing.
 	learnCores = 0.05
-	// dominant: a window teaches a kind only when that kind did this
-	// share of its reads (in seats' worth) or more. The other kinds'
-	// reads are charged at their current cost, which may be far off — at
-	// the start of the first flood of a kind it is still Default — so a
-	// window where a LIST flood hands over to a watch-list flood teaches
-	// neither: measured, it put the LISTs' cost at 370 µs, three times
-	// their own.
+	// dominant: a window teaches a kind its own cost only when that kind
+	// did this share of its reads (in seats' worth) or more. The other
+	// kinds' reads are charged at their current cost, which may be far
+	// off — at the start of the first flood of a kind it is still
+	// Default: the window where a LIST flood handed over to a watch-list
+	// flood put the LISTs' cost at 370 µs, three times their own. A
+	// window no kind dominates (the handover, or LISTs and watch-lists
+	// flooding together) moves the costs of the kinds that did enough
+	// reads by one factor, what the window's CPU says of them together:
+	// their ratio stays, and a mixed flood still teaches the level.
 	dominant = 0.9
 	// smoothing is the weight of a window's measurement: the estimate
 	// follows a change within a few windows and one odd window moves it
@@ -133,6 +136,8 @@ type Estimate struct {
 // work. A kind is learned in a window where it alone did enough reads and
 // nearly all of them (dominant): its cost is what is left of the CPU
 // after the base and the other kind's few reads at their current cost.
+// In a window no kind dominates, the kinds that did enough reads are
+// scaled together.
 func (e Estimate) Next(cpu time.Duration, work Reads, dt time.Duration) Estimate {
 	if dt <= 0 || cpu < 0 {
 		return e
@@ -155,26 +160,39 @@ func (e Estimate) Next(cpu time.Duration, work Reads, dt time.Duration) Estimate
 		}
 		return e
 	}
-	next := e
-	total := 0.0
-	for _, r := range rate {
+	total, predicted := 0.0, 0.0
+	for k, r := range rate {
 		total += r
+		predicted += r * e.SeatCPU[k].Seconds()
 	}
+	next := e
 	for k := range rate {
 		if rate[k]*Default.Seconds() < learnCores || rate[k] < dominant*total {
 			continue
 		}
-		others := 0.0
-		for j := range rate {
-			if j != k {
-				others += rate[j] * e.SeatCPU[j].Seconds()
-			}
-		}
+		others := predicted - rate[k]*e.SeatCPU[k].Seconds()
 		measured := time.Duration((cores - e.Base - others) / rate[k] * float64(time.Second))
-		measured = min(max(measured, Min), Max)
-		next.SeatCPU[k] += time.Duration(smoothing * float64(measured-e.SeatCPU[k]))
+		next.SeatCPU[k] = toward(e.SeatCPU[k], measured)
+		return next
+	}
+	// No kind did nearly all the reads: one factor for those that did
+	// enough.
+	if predicted <= 0 {
+		return e
+	}
+	f := (cores - e.Base) / predicted
+	for k := range rate {
+		if rate[k]*Default.Seconds() >= learnCores {
+			next.SeatCPU[k] = toward(e.SeatCPU[k], time.Duration(f*float64(e.SeatCPU[k])))
+		}
 	}
 	return next
+}
+
+// toward moves an estimate half way to a window's measurement, bounded.
+func toward(est, measured time.Duration) time.Duration {
+	measured = min(max(measured, Min), Max)
+	return est + time.Duration(smoothing*float64(measured-est))
 }
 
 // Learner learns the process's Estimate while it runs (Run).

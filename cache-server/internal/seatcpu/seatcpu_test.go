@@ -112,12 +112,27 @@ func TestNextPerKind(t *testing.T) {
 		t.Errorf("a LIST flood after a watch-list flood: %v", got.SeatCPU)
 	}
 	// A LIST flood handing over to a watch-list flood: both did many
-	// reads, neither nearly all; the watch-lists' cost may still be the
-	// default, which would make the LISTs look dearer. Nothing learned.
+	// reads, neither nearly all, and the watch-lists' cost is still the
+	// default. Both move by one factor (here 1.58: 0.57 cores for a
+	// prediction of 0.36), not the LISTs alone by the watch-lists' share
+	// (255 µs measured, 203 µs after the window).
 	handover := e
 	handover.SeatCPU[WatchList] = Default
-	if got := handover.Next(cores(0.05+2000*150e-6+600*450e-6), Reads{List: 2000 * dt.Seconds(), WatchList: 600 * dt.Seconds()}, dt); got != handover {
-		t.Errorf("a window shared by a LIST flood and a watch-list flood changed %v to %v", handover.SeatCPU, got.SeatCPU)
+	got := handover.Next(cores(0.05+2000*150e-6+600*450e-6), Reads{List: 2000 * dt.Seconds(), WatchList: 600 * dt.Seconds()}, dt)
+	f := 0.57 / 0.36
+	us := func(v float64) time.Duration { return time.Duration(v * float64(time.Microsecond)) }
+	if !near(got.SeatCPU[List], us(150*(1+f)/2)) || !near(got.SeatCPU[WatchList], us(100*(1+f)/2)) {
+		t.Errorf("a window shared by a LIST flood and a watch-list flood: %v, want both moved half way to 1.58 times", got.SeatCPU)
+	}
+	// LISTs and watch-lists flooding together from the start: no kind
+	// dominates, both go to the window's cost per seat's worth (the
+	// single value learned before kinds were told apart).
+	mixedFlood := Estimate{SeatCPU: [kinds]time.Duration{Default, Default}}.Next(cores(0.05), Reads{}, dt)
+	for range 20 {
+		mixedFlood = mixedFlood.Next(cores(0.05+2000*150e-6+600*450e-6), Reads{List: 2000 * dt.Seconds(), WatchList: 600 * dt.Seconds()}, dt)
+	}
+	if want := us(0.57 / 2600 * 1e6); !near(mixedFlood.SeatCPU[List], want) || !near(mixedFlood.SeatCPU[WatchList], want) {
+		t.Errorf("a mixed flood: %v, want both about %v", mixedFlood.SeatCPU, want)
 	}
 	// A watch-list flood with some LISTs (100 seats' worth a second, too
 	// few to learn from): their CPU at 150 µs is not the watch-lists'.
