@@ -84,10 +84,14 @@ func runFloodClient(specJSON string) error {
 	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
 		return fmt.Errorf("-flood-client-spec: %w", err)
 	}
+	// The bench's threads may run at a raised priority (-flood-victims-
+	// nice), which this process inherited: the flooder does not keep it.
+	set := func() error { return setNice(0) }
 	if spec.Idle {
-		if err := schedIdle(); err != nil {
-			return err
-		}
+		set = schedIdle
+	}
+	if err := set(); err != nil {
+		return err
 	}
 	// Four connections (HTTP/2 multiplexes the requests on them), as a
 	// client-go program with a few clients would hold.
@@ -169,13 +173,35 @@ func (p *floodClientProcess) wait(duration time.Duration) (*floodTally, error) {
 	return &floodTally{floodCounts: c}, nil
 }
 
-// schedIdle puts every thread of this process under SCHED_IDLE; threads
-// started later inherit it from the thread that starts them. The policy is
-// per thread on Linux, so each is set by its id, and the threads are
-// listed again until a listing shows none that was not set (one could be
-// started by a thread not yet set while the first listing is walked).
+// schedIdle puts every thread of this process under SCHED_IDLE.
 func schedIdle() error {
-	set := map[int]bool{}
+	return forEveryThread(func(tid int) error {
+		if err := unix.SchedSetAttr(tid, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_IDLE}, 0); err != nil {
+			return fmt.Errorf("SCHED_IDLE for thread %d: %w", tid, err)
+		}
+		return nil
+	})
+}
+
+// setNice gives every thread of this process the nice value n (a
+// negative one needs CAP_SYS_NICE: root).
+func setNice(n int) error {
+	return forEveryThread(func(tid int) error {
+		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, n); err != nil {
+			return fmt.Errorf("nice %d for thread %d: %w", n, tid, err)
+		}
+		return nil
+	})
+}
+
+// forEveryThread calls set for every thread of this process; threads
+// started later inherit their scheduling from the thread that starts
+// them. Scheduling is per thread on Linux, so each is set by its id, and
+// the threads are listed again until a listing shows none that was not
+// set (one could be started by a thread not yet set while the first
+// listing is walked). A thread that ended meanwhile is skipped.
+func forEveryThread(set func(tid int) error) error {
+	done := map[int]bool{}
 	for {
 		tasks, err := os.ReadDir("/proc/self/task")
 		if err != nil {
@@ -184,12 +210,12 @@ func schedIdle() error {
 		fresh := false
 		for _, t := range tasks {
 			tid, err := strconv.Atoi(t.Name())
-			if err != nil || set[tid] {
+			if err != nil || done[tid] {
 				continue
 			}
-			fresh, set[tid] = true, true
-			if err := unix.SchedSetAttr(tid, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_IDLE}, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-				return fmt.Errorf("SCHED_IDLE for thread %d: %w", tid, err)
+			fresh, done[tid] = true, true
+			if err := set(tid); err != nil && !errors.Is(err, unix.ESRCH) {
+				return err
 			}
 		}
 		if !fresh {
