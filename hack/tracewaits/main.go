@@ -6,8 +6,9 @@
 // region into: until the server's connection reader was woken by the
 // request's bytes (the client's send and the server's network poll), the
 // server's connection goroutines until the handler started, the handler
-// (of which runnable, waiting for a P, and waiting for the connection's
-// serve goroutine to take its writes), until the client's connection
+// (of which runnable, waiting for a P; waiting for the connection's
+// serve goroutine to take its writes; GC mark assists, the collector's
+// charge for allocating while it marks), until the client's connection
 // reader was woken by the last bytes (the server's last writes, the
 // client's network poll), and the client's own time after that (its
 // goroutines getting a P, reading the body).
@@ -79,15 +80,15 @@ func run(clientPath, serverPath, mark, regionType string, top int) error {
 	}
 	fmt.Printf("%d requests (regions %q), %d matched with a handler running %q (\"-\": none started and ended within the request, e.g. it began before the server's trace)\n", len(all), regionType, matched, mark)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "request\tclient ms\tuntil the server saw it\tserver, to the handler\thandler\t(runnable\twrites)\tuntil the client saw the last bytes\tclient, after them\t")
+	fmt.Fprintln(tw, "request\tclient ms\tuntil the server saw it\tserver, to the handler\thandler\t(runnable\twrites\tGC assists)\tuntil the client saw the last bytes\tclient, after them\t")
 	row := func(name string, b breakdown) {
 		if !b.handled {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t\n", name, ms(b.total))
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t\n", name, ms(b.total))
 			return
 		}
 		lastBytes := min(max(b.clientNoticed, 0), b.after)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, ms(b.total), ms(b.toNoticed), ms(b.toHandler),
-			ms(b.handler), ms(b.handlerRunnable), ms(b.handlerWrites), ms(lastBytes), ms(b.after-lastBytes))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, ms(b.total), ms(b.toNoticed), ms(b.toHandler),
+			ms(b.handler), ms(b.handlerRunnable), ms(b.handlerWrites), ms(b.handlerAssists), ms(lastBytes), ms(b.after-lastBytes))
 	}
 	for i, b := range all[:min(top, len(all))] {
 		row(fmt.Sprintf("#%d", i+1), b)
@@ -104,6 +105,15 @@ func run(clientPath, serverPath, mark, regionType string, top int) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	var assisted int
+	var assists time.Duration
+	for _, b := range handled {
+		if b.handlerAssists > 0 {
+			assisted++
+			assists += b.handlerAssists
+		}
+	}
+	fmt.Printf("GC mark assists in %d of the %d matched handlers, %s ms in all\n", assisted, len(handled), ms(assists))
 	// Shares of the slowest requests' time, summed.
 	var total time.Duration
 	var parts [5]time.Duration

@@ -33,6 +33,10 @@ type goroutine struct {
 	marked         bool // ran the function asked for
 	open           *span
 	lastWaitReason string
+	// assists are the goroutine's GC mark assists: allocating while the
+	// collector marks, it was made to mark in proportion.
+	assists     time.Duration
+	assistBegan trace.Time
 }
 
 // region is one instance of a user region (runtime/trace.StartRegion).
@@ -85,6 +89,21 @@ func parse(r io.Reader, mark, regionType string) (*parsed, error) {
 			if t, ok := open[ev.Goroutine()]; ok && ev.Region().Type == regionType {
 				p.regions = append(p.regions, region{ev.Goroutine(), t, ev.Time()})
 				delete(open, ev.Goroutine())
+			}
+		case trace.EventRangeBegin, trace.EventRangeEnd:
+			rg := ev.Range()
+			if rg.Name != "GC mark assist" || rg.Scope.Kind != trace.ResourceGoroutine {
+				continue
+			}
+			g := p.gs[rg.Scope.Goroutine()]
+			if g == nil {
+				continue
+			}
+			if ev.Kind() == trace.EventRangeBegin {
+				g.assistBegan = ev.Time()
+			} else if g.assistBegan != 0 {
+				g.assists += time.Duration(ev.Time() - g.assistBegan)
+				g.assistBegan = 0
 			}
 		case trace.EventStackSample:
 			if g := p.gs[ev.Goroutine()]; g != nil && marked(ev.Stack()) {
@@ -172,6 +191,8 @@ type breakdown struct {
 	// runnable (waiting for a P) or waiting on the connection's serve
 	// goroutine to take its writes.
 	handler, handlerRunnable, handlerWrites time.Duration
+	// handlerAssists: of the handler's running time, GC mark assists.
+	handlerAssists time.Duration
 	// after: from the handler's end until the client's region ended
 	// (the last frames' write, the client's network poll and read).
 	after time.Duration
@@ -209,6 +230,7 @@ func explain(client, server *parsed) []breakdown {
 		if h != nil {
 			b.handled = true
 			b.handler = time.Duration(h.ended - h.created)
+			b.handlerAssists = h.assists
 			for _, s := range h.spans {
 				switch {
 				case s.state == trace.GoRunnable:
