@@ -61,7 +61,7 @@ type floodOptions struct {
 func floodFlags() *floodOptions {
 	var f floodOptions
 	flag.DurationVar(&f.duration, "flood-duration", 60*time.Second, "flood: how long each flood (LISTs, then watch-lists) lasts per server")
-	flag.IntVar(&f.victimsNice, "flood-victims-nice", -10, "flood: the nice value of the bench's threads — the victims' client — while servers are measured (negative: root; the flooder's process resets its own): as if the victims ran on machines of their own, the mirror of -flood-client-priority idle; 0 runs them as any process")
+	flag.IntVar(&f.victimsNice, "flood-victims-nice", 0, "flood: the nice value of the bench's threads — the victims' client — while servers are measured (negative: root; the flooder's process resets its own); -10 is as if the victims ran on machines of their own, the mirror of -flood-client-priority idle (tried, no better: docs/benchmarks.md); 0 runs them as any process")
 	flag.StringVar(&f.traceDir, "flood-trace", "", "flood: a directory to write, for each server and phase, a Go execution trace of the bench (the victims' client) and of the server process the victims send to, for hack/tracewaits (tracing costs both CPU; floodtrace.go)")
 	flag.IntVar(&f.rounds, "flood-rounds", 1, "flood: how many times each server runs its three phases; with more than one, a pooled row per phase takes the p50 and p99 over every round's samples (one phase's p99 of the node's 60 LISTs is its slowest)")
 	flag.DurationVar(&f.unloaded, "flood-unloaded", 0, "flood: how long the victims run alone on each server first (0: as long as each flood, -flood-duration)")
@@ -567,10 +567,12 @@ func runFlood(ctx context.Context, o options, f *floodOptions) error {
 		fmt.Printf("placement: %s\n", placement)
 	}
 	// After every server started (they must not inherit it): the
-	// victims' client — this process — at its own priority. On one
-	// machine it otherwise waits for a core behind the servers it
-	// measures, which a kubelet on its node does not (floodtrace.go's
-	// traces: once 7.5 ms of a 10.6 ms LIST after its response was read).
+	// victims' client — this process — at a priority of its own if asked.
+	// On one machine it waits for a core behind the servers it measures,
+	// which a kubelet on its node does not (floodtrace.go's traces: once
+	// 7.5 ms of a 10.6 ms LIST after its response was read); at -10 the
+	// ratios were no better (its sampling and the workload's GETs then
+	// take the servers' cores), so it is not the default.
 	if f.victimsNice != 0 {
 		if err := setNice(f.victimsNice); err != nil {
 			return fmt.Errorf("-flood-victims-nice %d (0 to keep the bench's priority): %w", f.victimsNice, err)
