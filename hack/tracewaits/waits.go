@@ -160,6 +160,8 @@ func parse(r io.Reader, mark, regionType string) (*parsed, error) {
 	return p, nil
 }
 
+// frames is the innermost n functions of s, without their packages'
+// paths, innermost first.
 func frames(s trace.Stack, n int) string {
 	var out []string
 	for f := range s.Frames() {
@@ -254,10 +256,10 @@ func explain(client, server *parsed) []breakdown {
 	return out
 }
 
-// readerWoke is when the connection's frame reader — the goroutine that
-// last woke serve before the handler started — was woken from its network
-// wait: when the server's runtime saw the request's bytes. Without one, it
-// is the handler's start.
+// readerWoke is when the connection's frame reader — of the goroutines
+// that woke serve before the handler started, the latest that had itself
+// just left a network wait — was woken: when the server's runtime saw the
+// request's bytes. Without one, it is the handler's start.
 func readerWoke(p *parsed, serve *goroutine, from, handlerStart trace.Time) trace.Time {
 	// The wakes of serve before the handler, latest first: the frame
 	// reader's, unlike a frame writer's, follows a network wait.
