@@ -123,33 +123,12 @@ func pinBench(set *unix.CPUSet) error {
 	return nil
 }
 
-// pinProcess sets the CPUs of every thread of pid. A thread inherits its
-// creator's CPUs, so once every thread is set the new ones are too; the
-// threads are listed again until a pass finds none it had not set. A
-// process or thread that ended meanwhile is no error.
+// pinProcess sets the CPUs of every thread of pid (forEveryThread).
 func pinProcess(pid int, set *unix.CPUSet) error {
-	done := map[int]bool{}
-	for {
-		tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		if os.IsNotExist(err) {
-			return nil
-		} else if err != nil {
-			return err
+	return forEveryThread(pid, func(tid int) error {
+		if err := unix.SchedSetaffinity(tid, set); err != nil {
+			return fmt.Errorf("setting the CPUs of thread %d of process %d: %w", tid, pid, err)
 		}
-		fresh := 0
-		for _, t := range tids {
-			tid, err := strconv.Atoi(t.Name())
-			if err != nil || done[tid] {
-				continue
-			}
-			done[tid] = true
-			fresh++
-			if err := unix.SchedSetaffinity(tid, set); err != nil && err != unix.ESRCH {
-				return fmt.Errorf("setting the CPUs of thread %d of process %d: %w", tid, pid, err)
-			}
-		}
-		if fresh == 0 {
-			return nil
-		}
-	}
+		return nil
+	})
 }

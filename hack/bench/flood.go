@@ -62,7 +62,7 @@ func floodFlags() *floodOptions {
 	var f floodOptions
 	flag.DurationVar(&f.duration, "flood-duration", 60*time.Second, "flood: how long each flood (LISTs, then watch-lists) lasts per server")
 	flag.IntVar(&f.victimsNice, "flood-victims-nice", 0, "flood: the nice value of the bench's threads — the victims' client — while servers are measured (negative: root; the flooder's process resets its own); -10 is as if the victims ran on machines of their own, the mirror of -flood-client-priority idle (tried, no better: docs/benchmarks.md); 0 runs them as any process")
-	flag.StringVar(&f.traceDir, "flood-trace", "", "flood: a directory to write, for each server and phase, a Go execution trace of the bench (the victims' client) and of the server process the victims send to, for hack/tracewaits (tracing costs both CPU; floodtrace.go)")
+	flag.StringVar(&f.traceDir, "flood-trace", "", "flood: a directory to write, for each server and phase, a Go execution trace of the bench (the victims' client) and of the server's own process (the apiserver, a standalone tier, a fleet's front; through the aggregator the tier behind it), for hack/tracewaits (tracing costs both CPU; floodtrace.go)")
 	flag.IntVar(&f.rounds, "flood-rounds", 1, "flood: how many times each server runs its three phases; with more than one, a pooled row per phase takes the p50 and p99 over every round's samples (one phase's p99 of the node's 60 LISTs is its slowest)")
 	flag.DurationVar(&f.unloaded, "flood-unloaded", 0, "flood: how long the victims run alone on each server first (0: as long as each flood, -flood-duration)")
 	flag.IntVar(&f.lists, "flood-lists", 64, "flood: concurrent full consistent LISTs of the flooder")

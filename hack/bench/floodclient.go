@@ -175,7 +175,7 @@ func (p *floodClientProcess) wait(duration time.Duration) (*floodTally, error) {
 
 // schedIdle puts every thread of this process under SCHED_IDLE.
 func schedIdle() error {
-	return forEveryThread(func(tid int) error {
+	return forEveryThread(os.Getpid(), func(tid int) error {
 		if err := unix.SchedSetAttr(tid, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_IDLE}, 0); err != nil {
 			return fmt.Errorf("SCHED_IDLE for thread %d: %w", tid, err)
 		}
@@ -186,7 +186,7 @@ func schedIdle() error {
 // setNice gives every thread of this process the nice value n (a
 // negative one needs CAP_SYS_NICE: root).
 func setNice(n int) error {
-	return forEveryThread(func(tid int) error {
+	return forEveryThread(os.Getpid(), func(tid int) error {
 		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, n); err != nil {
 			return fmt.Errorf("nice %d for thread %d: %w", n, tid, err)
 		}
@@ -194,17 +194,20 @@ func setNice(n int) error {
 	})
 }
 
-// forEveryThread calls set for every thread of this process; threads
-// started later inherit their scheduling from the thread that starts
-// them. Scheduling is per thread on Linux, so each is set by its id, and
-// the threads are listed again until a listing shows none that was not
-// set (one could be started by a thread not yet set while the first
-// listing is walked). A thread that ended meanwhile is skipped.
-func forEveryThread(set func(tid int) error) error {
+// forEveryThread calls set for every thread of process pid; threads
+// started later inherit their scheduling (policy, nice, CPUs) from the
+// thread that starts them. Scheduling is per thread on Linux, so each is
+// set by its id, and the threads are listed again until a listing shows
+// none that was not set (one could be started by a thread not yet set
+// while the first listing is walked). A process or thread that ended
+// meanwhile is no error.
+func forEveryThread(pid int, set func(tid int) error) error {
 	done := map[int]bool{}
 	for {
-		tasks, err := os.ReadDir("/proc/self/task")
-		if err != nil {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if os.IsNotExist(err) {
+			return nil
+		} else if err != nil {
 			return err
 		}
 		fresh := false

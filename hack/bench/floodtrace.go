@@ -15,8 +15,10 @@ const nodeListRegion = "node-list"
 
 // startFloodTrace takes, over one phase of d, a Go execution trace of the
 // bench (the victims' client, its node LISTs in nodeListRegion regions)
-// and one of the server process the victims send to (its
-// /debug/pprof/trace), into dir as <server>-<phase>[-<n>]-bench.trace and
+// and one of the server's own process (its /debug/pprof/trace: the
+// apiserver, a standalone tier, a fleet's front; for the rows through the
+// aggregator the tier behind it, so the apiserver's proxying counts as
+// "until the server saw it"), into dir as <server>-<phase>[-<n>]-bench.trace and
 // -server.trace; hack/tracewaits reads the pair. The returned stop ends
 // the bench's trace and waits for the server's.
 //
