@@ -189,7 +189,8 @@ type breakdown struct {
 	// toHandler: from then until the handler goroutine started (the
 	// server's connection goroutines).
 	toHandler time.Duration
-	// handler: the handler goroutine's life, and how much of it it spent
+	// handler: the handler goroutine's life (cut at the request's end
+	// when its exit is traced after it), and how much of it it spent
 	// runnable (waiting for a P) or waiting on the connection's serve
 	// goroutine to take its writes.
 	handler, handlerRunnable, handlerWrites time.Duration
@@ -219,19 +220,11 @@ func explain(client, server *parsed) []breakdown {
 	var out []breakdown
 	for _, r := range client.regions {
 		b := breakdown{total: time.Duration(r.end - r.start)}
-		// The first marked handler that both started and ended within
-		// the region (a flood's LISTs run the same handler, longer).
-		var h *goroutine
-		i, _ := slices.BinarySearchFunc(handlers, r.start, func(g *goroutine, t trace.Time) int { return int(g.created - t) })
-		for ; i < len(handlers) && handlers[i].created <= r.end; i++ {
-			if handlers[i].ended <= r.end {
-				h = handlers[i]
-				break
-			}
-		}
+		h := handlerOf(handlers, r)
 		if h != nil {
 			b.handled = true
-			b.handler = time.Duration(h.ended - h.created)
+			ended := min(h.ended, r.end)
+			b.handler = time.Duration(ended - h.created)
 			b.handlerAssists = h.assists
 			for _, s := range h.spans {
 				switch {
@@ -247,13 +240,35 @@ func explain(client, server *parsed) []breakdown {
 			}
 			b.toNoticed = time.Duration(noticed - r.start)
 			b.toHandler = time.Duration(h.created - noticed)
-			b.after = time.Duration(r.end - h.ended)
-			b.clientNoticed = time.Duration(lastNetworkWake(client, r) - h.ended)
+			b.after = time.Duration(r.end - ended)
+			b.clientNoticed = time.Duration(lastNetworkWake(client, r) - ended)
 		}
 		out = append(out, b)
 	}
 	slices.SortFunc(out, func(a, b breakdown) int { return int(b.total - a.total) })
 	return out
+}
+
+// exitGrace is how long after a client's request ended its handler
+// goroutine's exit may be traced: the handler's last frame is on the wire
+// before the handler returns, so a client that reads it promptly can end
+// first, by more than 2 ms on a busy machine.
+const exitGrace = 10 * time.Millisecond
+
+// handlerOf is the marked handler (handlers sorted by start) that served
+// the region: the first that both started and ended within it (a flood's
+// LISTs run the same handler, longer), else the first that started
+// within it and exited less than exitGrace after it.
+func handlerOf(handlers []*goroutine, r region) *goroutine {
+	first, _ := slices.BinarySearchFunc(handlers, r.start, func(g *goroutine, t trace.Time) int { return int(g.created - t) })
+	for _, limit := range []trace.Time{r.end, r.end + trace.Time(exitGrace)} {
+		for i := first; i < len(handlers) && handlers[i].created <= r.end; i++ {
+			if handlers[i].ended <= limit {
+				return handlers[i]
+			}
+		}
+	}
+	return nil
 }
 
 // readerWoke is when the connection's frame reader — of the goroutines

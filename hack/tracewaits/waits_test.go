@@ -7,18 +7,23 @@ import (
 	"net/http"
 	"net/http/httptest"
 	rtrace "runtime/trace"
+	"sync"
 	"testing"
 	"time"
 )
 
 // slowList is the handler the test marks; the request with ?slow=1 waits
-// in it, so that request is the slowest.
+// in it, so that request is the slowest. Every request sleeps in it a
+// little: a goroutine is known to run it only from a traced stack (a
+// wait, a CPU sample), and a handler whose writes never block leaves none.
 //
 //go:noinline
 func slowList(w http.ResponseWriter, r *http.Request) {
+	wait := time.Millisecond
 	if r.URL.Query().Get("slow") != "" {
-		time.Sleep(30 * time.Millisecond)
+		wait = 30 * time.Millisecond
 	}
+	time.Sleep(wait)
 	_, _ = w.Write(bytes.Repeat([]byte("x"), 20<<10))
 }
 
@@ -26,7 +31,10 @@ func slowList(w http.ResponseWriter, r *http.Request) {
 // its requests) and an HTTP/2 server, and checks that the slow request is
 // found, matched with its handler, and split into parts that add up.
 func TestExplain(t *testing.T) {
+	var handlers sync.WaitGroup
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handlers.Add(1)
+		defer handlers.Done()
 		if r.URL.Path == "/list" {
 			slowList(w, r)
 			return
@@ -59,6 +67,11 @@ func TestExplain(t *testing.T) {
 		}
 	}
 	get("/other") // runs no marked handler
+	// A client can read a response's last frame before its handler's
+	// goroutine exits; on a busy machine the exit of the last may be
+	// later than the trace's end without this wait.
+	handlers.Wait()
+	time.Sleep(20 * time.Millisecond)
 	rtrace.Stop()
 
 	client, err := parse(bytes.NewReader(buf.Bytes()), "", "req")
@@ -73,29 +86,37 @@ func TestExplain(t *testing.T) {
 		t.Fatalf("%d regions, want 7", len(client.regions))
 	}
 	all := explain(client, server)
-	slow := all[0]
-	if !slow.handled || slow.handler < 30*time.Millisecond {
-		t.Fatalf("slowest: %+v; want matched with a handler of at least 30 ms", slow)
-	}
-	if sum := slow.toNoticed + slow.toHandler + slow.handler + slow.after; sum != slow.total {
-		t.Errorf("parts add up to %v, the request took %v", sum, slow.total)
-	}
-	// The connection's frame reader woke on the request's bytes before
-	// the serve goroutine started the handler.
-	if slow.toHandler <= 0 {
-		t.Errorf("no time from the server's reader waking to the handler: %+v; the reader was not found", slow)
-	}
-	if slow.toNoticed < 0 || slow.toHandler < 0 || slow.after < 0 {
-		t.Errorf("a negative part: %+v", slow)
-	}
-	matched := 0
+	// The slow request is matched with its handler. It is not always the
+	// slowest: on a busy machine a fast one can wait longer for the CPU.
+	// The connection's frame reader woke on a request's bytes before the
+	// serve goroutine started its handler (found): not on every request,
+	// as a reader still busy with the previous frames finds the bytes
+	// without waiting (about one request in 25 here), and then nothing
+	// marks when the server saw them.
+	slow, found, matched := 0, 0, 0
 	for _, b := range all {
-		if b.handled {
-			matched++
-			if b.handler > b.total {
-				t.Errorf("handler %v longer than its request %v", b.handler, b.total)
-			}
+		if !b.handled {
+			continue
 		}
+		matched++
+		if b.handler >= 30*time.Millisecond {
+			slow++
+		}
+		if b.toHandler > 0 {
+			found++
+		}
+		if sum := b.toNoticed + b.toHandler + b.handler + b.after; sum != b.total {
+			t.Errorf("parts add up to %v, the request took %v", sum, b.total)
+		}
+		if b.toNoticed < 0 || b.toHandler < 0 || b.after < 0 {
+			t.Errorf("a negative part: %+v", b)
+		}
+	}
+	if slow != 1 {
+		t.Errorf("%d requests matched with a handler of at least 30 ms, want 1: %+v", slow, all)
+	}
+	if found == 0 {
+		t.Errorf("no request's reader found: %+v", all)
 	}
 	if matched != 6 {
 		t.Errorf("%d requests matched with a handler, want the 6 of /list", matched)
