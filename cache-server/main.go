@@ -150,6 +150,25 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
+// defaultBulkRequestNice weighs a bulk request's thread at a tenth of a
+// normal one's (the kernel's weights: 1024 at nice 0, 110 at nice 10):
+// under a flood of full LISTs a node's indexed LIST gets a core first,
+// while a lowered thread that holds a Go P or delays a collection is
+// still run soon (docs/priority-and-fairness.md).
+const defaultBulkRequestNice = 10
+
+const bulkRequestNiceUsage = "nice value (1-19) of the OS threads that run a large request's work — a LIST of 1,000 objects or 1 MiB and more, a large watch-list's initial events — so that when the cores are contended the kernel runs short requests (a kubelet's LIST of its node's Pods, a GET) first; decided by priority and fairness's work estimate (a shard's threads are not lowered: measured, a lowered shard thread holding one of Go's Ps made the front's short requests wait longer); 0: every request at the process's own priority"
+
+// checkBulkNice refuses a --bulk-request-nice outside 0-19: a negative
+// value would raise bulk work above short requests (and needs
+// CAP_SYS_NICE).
+func checkBulkNice(n int) error {
+	if n < 0 || n > 19 {
+		return fmt.Errorf("--bulk-request-nice %d: want 0 (off) to 19", n)
+	}
+	return nil
+}
+
 // listGzipCacheUsage is --list-gzip-cache-bytes' help, the same for a
 // standalone tier and a fleet's front (which know their items by Seq and
 // by content).
@@ -159,6 +178,7 @@ func runStandalone(args []string) error {
 	c := newCommon("standalone", "127.0.0.1:8443")
 	certDir := c.fs.String("cert-dir", "", "where a generated self-signed certificate and its CA are written")
 	hosts := c.fs.String("tls-hosts", "localhost,127.0.0.1", "comma-separated DNS names/IPs for a generated certificate")
+	bulkNice := c.fs.Int("bulk-request-nice", defaultBulkRequestNice, bulkRequestNiceUsage)
 	protobufCache := c.fs.Int64("protobuf-cache-bytes", encoding.DefaultCacheBytes, "memory for protobuf encodings of cached objects, kept for protobuf clients (client-go's typed informers); a miss converts the stored JSON again; messages of 64 KiB and more are never kept (streamed from the JSON); 0 = the default")
 	listGzipCache := c.fs.Int64("list-gzip-cache-bytes", gzipchunks.DefaultCacheBytes, listGzipCacheUsage)
 	for _, a := range args {
@@ -167,6 +187,9 @@ func runStandalone(args []string) error {
 		}
 	}
 	if err := c.setUp(args, false); err != nil {
+		return err
+	}
+	if err := checkBulkNice(*bulkNice); err != nil {
 		return err
 	}
 	var cert tls.Certificate
@@ -182,7 +205,7 @@ func runStandalone(args []string) error {
 		ProfileName: c.profile.Name, Spec: c.profile.Spec, Upstream: c.upstream,
 		Listener: c.listener, Certificate: cert, GetCertificate: c.getCertificate, Log: c.log, Profiling: *c.profiling,
 		ProtobufCacheBytes: *protobufCache, ListGzipCacheBytes: *listGzipCache,
-		DisablePriorityAndFairness: !*c.priorityAndFairness,
+		DisablePriorityAndFairness: !*c.priorityAndFairness, BulkRequestNice: *bulkNice,
 	})
 }
 
@@ -212,10 +235,14 @@ func runFront(args []string) error {
 	shardCA := c.fs.String("shard-ca-file", "", "CA that signed the shards' serving certificates")
 	goawayChance := c.fs.Float64("goaway-chance", defaultFrontGoawayChance, "fraction of HTTP/2 requests after which the client (the apiserver's aggregator) is sent GOAWAY and reconnects, landing on a front the Service picks; as kube-apiserver's --goaway-chance, at most 0.02; 0 = never")
 	apiGroup := c.fs.String("api-group", "", "the profile's aggregated API group (<profile>.cache.cachetier.io); checked against the profile")
+	bulkNice := c.fs.Int("bulk-request-nice", defaultBulkRequestNice, bulkRequestNiceUsage)
 	protobufCache := c.fs.Int64("protobuf-cache-bytes", encoding.DefaultCacheBytes, "memory for protobuf encodings of objects, kept for protobuf clients; messages of 64 KiB and more are never kept (streamed from the JSON); 0 = the default")
 	listGzipCache := c.fs.Int64("list-gzip-cache-bytes", gzipchunks.DefaultCacheBytes, listGzipCacheUsage)
 	addressesFrom := c.fs.String("shard-addresses-from", "", "NAMESPACE/SERVICE: the shards' headless Service, whose EndpointSlices (watched on the apiserver) give the current address of each replica the topology names <pod>.SERVICE.NAMESPACE.svc, instead of cluster DNS, whose cache lags a replaced pod by its TTL; other names are looked up in DNS")
 	if err := c.setUp(args, true); err != nil {
+		return err
+	}
+	if err := checkBulkNice(*bulkNice); err != nil {
 		return err
 	}
 	var addrNamespace, addrService string
@@ -260,7 +287,7 @@ func runFront(args []string) error {
 		ShardClient: shardClient, Listener: c.listener, GetCertificate: c.getCertificate,
 		ProbeListener: c.metricsListener, Profiling: *c.profiling, ProtobufCacheBytes: *protobufCache,
 		ListGzipCacheBytes: *listGzipCache, GoawayChance: *goawayChance, Log: c.log.WithValues("role", "front"),
-		DisablePriorityAndFairness: !*c.priorityAndFairness,
+		DisablePriorityAndFairness: !*c.priorityAndFairness, BulkRequestNice: *bulkNice,
 	})
 }
 

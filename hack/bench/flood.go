@@ -56,6 +56,8 @@ type floodOptions struct {
 	rounds             int
 	traceDir           string
 	victimsNice        int
+	// tierArgs: -flood-tier-args.
+	tierArgs string
 }
 
 func floodFlags() *floodOptions {
@@ -75,6 +77,7 @@ func floodFlags() *floodOptions {
 	flag.StringVar(&f.clientPriority, "flood-client-priority", "idle", "flood: the flooder process's CPU scheduling: idle (SCHED_IDLE, as if it ran on a machine of its own; floodclient.go) or normal")
 	flag.StringVar(&f.serverCPUs, "flood-server-cpus", "", "flood: CPUs (a list such as 0 or 0-1) the server's processes run on while it is measured, every other process the bench started on the rest (cpuplace.go); empty: all share every CPU")
 	flag.StringVar(&f.clientSpec, "flood-client-spec", "", "flood: internal, the spec of a flooder process (-mode flood-client, started by -mode flood)")
+	flag.StringVar(&f.tierArgs, "flood-tier-args", "", "flood: flags added to the command line of the tier processes clients reach (a standalone tier and a fleet's front; space-separated), such as --bulk-request-nice=0 to measure without lowered bulk threads")
 	flag.StringVar(&f.servers, "flood-servers", strings.Join(floodServerKeys, ","), "flood: the servers flooded, in order (comma-separated, of "+strings.Join(floodServerKeys, ", ")+")")
 	return &f
 }
@@ -527,11 +530,12 @@ func runFlood(ctx context.Context, o options, f *floodOptions) error {
 	}
 	fmt.Fprintf(os.Stderr, "bench: seeded %d ConfigMaps of %d B and %d Pods on %d nodes in %s\n", f.configMaps, f.cmSize, f.pods, f.nodes, time.Since(start).Round(time.Second))
 	spec := v1alpha1.CacheProfileSpec{HashShards: 4, Resources: []v1alpha1.CachedResource{{Version: "v1", Resource: "configmaps"}, {Version: "v1", Resource: "pods"}}}
-	st, err := tierproc.Start(ctx, env.cp, tierproc.Options{Binary: o.binary, Profile: "flood", Spec: spec})
+	tierArgs := strings.Fields(f.tierArgs)
+	st, err := tierproc.Start(ctx, env.cp, tierproc.Options{Binary: o.binary, Profile: "flood", Spec: spec, ExtraArgs: tierArgs})
 	if err != nil {
 		return err
 	}
-	fl, err := tierproc.StartFleet(ctx, env.cp, tierproc.FleetOptions{Options: tierproc.Options{Binary: o.binary, Profile: "floodfleet", Spec: spec, ServiceIPIndex: 51}, Shards: 2})
+	fl, err := tierproc.StartFleet(ctx, env.cp, tierproc.FleetOptions{Options: tierproc.Options{Binary: o.binary, Profile: "floodfleet", Spec: spec, ServiceIPIndex: 51, ExtraArgs: tierArgs}, Shards: 2})
 	if err != nil {
 		return err
 	}

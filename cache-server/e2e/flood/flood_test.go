@@ -517,6 +517,20 @@ func checkMetrics(t *testing.T, ids identities, tgt target, pid int, _ *floodRes
 	if lingered <= 0 {
 		t.Errorf("no lingering seat-seconds at level global-default on /metrics (pid %d)", pid)
 	}
+	// The flooder's full LISTs ran on threads of lower priority (package
+	// bulkthread), every one lowered: CI runs as root, and raising a
+	// thread's nice value needs no privilege anyway.
+	bulk := map[string]float64{}
+	for _, line := range strings.Split(body, "\n") {
+		for _, outcome := range []string{"lowered", "failed"} {
+			if v, ok := strings.CutPrefix(line, `cachetier_bulk_requests_total{outcome="`+outcome+`"} `); ok {
+				bulk[outcome], _ = strconv.ParseFloat(v, 64)
+			}
+		}
+	}
+	if bulk["lowered"] <= 0 || bulk["failed"] > 0 {
+		t.Errorf("bulk requests on /metrics (pid %d): %v, want some lowered and none failed", pid, bulk)
+	}
 	checkSeatCPU(t, body, pid)
 	for _, family := range []string{"apiserver_flowcontrol_current_inqueue_requests", "apiserver_flowcontrol_nominal_limit_seats", "apiserver_flowcontrol_work_estimated_seats", "cachetier_priority_and_fairness_config_synced 1"} {
 		if !strings.Contains(body, family) {

@@ -46,6 +46,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/cachetier/cachetier/cache-server/internal/bulkthread"
 	"github.com/cachetier/cachetier/cache-server/internal/front"
 	"github.com/cachetier/cachetier/cache-server/internal/seatcpu"
 )
@@ -90,8 +91,17 @@ type Options struct {
 	// Lingering, when set, counts by priority_level the seat-seconds
 	// executed requests held after they ended (estimate.go).
 	Lingering *prometheus.CounterVec
-	Log       logr.Logger
+	// BulkNice, when set, is the nice value at which requests of
+	// BulkWork or more run their work (package bulkthread).
+	BulkNice int
+	Log      logr.Logger
 }
+
+// BulkWork is the work (package seatcpu: 1,000 objects walked or 1 MiB
+// written) from which a request is bulk work: a LIST or watch-list whose
+// seats come from its size, not the minimum of 1. A kubelet's LIST of
+// its node's Pods, an indexed read, walks tens of objects.
+const BulkWork = 1
 
 // APF is the tier's priority and fairness.
 type APF struct {
@@ -174,12 +184,12 @@ func (a *APF) synced(ok bool) {
 // Run builds priority and fairness for a tier whose profile sets
 // spec.serverConcurrencyLimit to spec (nil: from the CPU) and starts it
 // until ctx ends.
-func Run(ctx context.Context, client kubernetes.Interface, spec *int32, costs Coster, learner *seatcpu.Learner, synced prometheus.Gauge, lingering *prometheus.CounterVec, log logr.Logger) *APF {
+func Run(ctx context.Context, client kubernetes.Interface, spec *int32, costs Coster, learner *seatcpu.Learner, synced prometheus.Gauge, lingering *prometheus.CounterVec, bulkNice int, log logr.Logger) *APF {
 	limit, cores, err := ProcessConcurrencyLimit(spec)
 	if err != nil {
 		log.Error(err, "reading the cgroup CPU limit; the concurrency limit is sized from GOMAXPROCS")
 	}
-	a := New(Options{Client: client, ServerConcurrencyLimit: limit, Cores: cores, Costs: costs, Learner: learner, ConfigSynced: synced, Lingering: lingering, Log: log.WithName("apf")})
+	a := New(Options{Client: client, ServerConcurrencyLimit: limit, Cores: cores, Costs: costs, Learner: learner, ConfigSynced: synced, Lingering: lingering, BulkNice: bulkNice, Log: log.WithName("apf")})
 	a.Start(ctx)
 	return a
 }
@@ -197,7 +207,14 @@ func (a *APF) Filter(handler http.Handler) http.Handler {
 		// the next milliseconds, a watch-list's before its bookmark, and
 		// the watch may stay open for minutes (package seatcpu matches
 		// CPU and work by the 5 s window).
-		a.opts.Learner.Did(noteExecuted(r))
+		kind, work := noteExecuted(r)
+		a.opts.Learner.Did(kind, work)
+		if a.opts.BulkNice > 0 && work >= BulkWork {
+			// The handler runs its bulk work at the lowered priority
+			// (package bulkthread): a LIST all of it, a watch-list its
+			// initial events.
+			r = r.WithContext(bulkthread.WithBulk(r.Context(), a.opts.BulkNice))
+		}
 		handler.ServeHTTP(w, r)
 	})
 	filtered := genericfilters.WithPriorityAndFairness(executed, longRunning, a.ctl, a.estimator(), RequestWaitLimit)

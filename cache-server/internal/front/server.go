@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
+	"github.com/cachetier/cachetier/cache-server/internal/bulkthread"
 	"github.com/cachetier/cachetier/cache-server/internal/catalog"
 	encoding_ "github.com/cachetier/cachetier/cache-server/internal/encoding"
 	"github.com/cachetier/cachetier/cache-server/internal/gzipchunks"
@@ -227,7 +228,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "get":
 		code = s.serveGet(w, req, res, info)
 	case "list":
-		code = s.serveList(w, req, res, info)
+		// A large LIST runs on a thread of lower priority (package
+		// bulkthread; priority and fairness marks which).
+		bulkthread.Counted(req.Context(), s.opts.Metrics.BulkRequests, s.opts.Log, func() {
+			code = s.serveList(w, req, res, info)
+		})
 	case "watch":
 		code = s.serveWatch(w, req, res, info, start)
 	default:

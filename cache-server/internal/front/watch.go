@@ -16,6 +16,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
 
+	"github.com/cachetier/cachetier/cache-server/internal/bulkthread"
 	encoding_ "github.com/cachetier/cachetier/cache-server/internal/encoding"
 	"github.com/cachetier/cachetier/cache-server/internal/gzipchunks"
 	"github.com/cachetier/cachetier/cache-server/internal/listparams"
@@ -171,7 +172,14 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resourc
 	defer watcher.Stop()
 
 	if p.InitialEvents {
-		n, werr, err := ww.initialEvents(watcher, initialCapacity(res, wreq))
+		// A large watch-list's initial events are a LIST's work, run on a
+		// thread of lower priority (package bulkthread); the watch goes
+		// on at the process's own.
+		var n int
+		var werr, err error
+		bulkthread.Counted(r.Context(), s.opts.Metrics.BulkRequests, s.opts.Log, func() {
+			n, werr, err = ww.initialEvents(watcher, initialCapacity(res, wreq))
+		})
 		if err != nil || werr != nil {
 			if err != nil && werr == nil && !errors.Is(err, watch.ErrTerminated) {
 				_ = ww.writeError(err)

@@ -89,6 +89,9 @@ type Metrics struct {
 	// SeatCPU: kind (list, watch-list); the CPU a seat's worth of read
 	// work takes (package seatcpu), in every role.
 	SeatCPU *prometheus.GaugeVec
+	// BulkRequests: outcome (lowered, failed); requests whose bulk work
+	// ran on a thread of lower priority (package bulkthread).
+	BulkRequests *prometheus.CounterVec
 	// RequestDeadlineExceeded: verb; requests still running at the
 	// request deadline (package deadline), cut there.
 	RequestDeadlineExceeded *prometheus.CounterVec
@@ -309,6 +312,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_seat_cpu_seconds",
 		Help: "CPU time this process takes for a seat's worth of a read's work (1,000 objects walked or 1 MiB written), by kind of read (list, watch-list), learned from its own CPU time while it serves them; priority and fairness charges a LIST's or watch-list's seats after it ends by it (a fleet's front adds its shards' list values, which they report; docs/priority-and-fairness.md).",
 	}, []string{"kind"})
+	m.BulkRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cachetier_bulk_requests_total",
+		Help: "Requests whose bulk work (a LIST of a seat's worth or more: 1,000 objects walked or 1 MiB written; a large watch-list's initial events) ran on a thread of lower priority (--bulk-request-nice), so that short requests get the cores first; by outcome: lowered, or failed (the thread's priority could not be changed, the work ran at the process's own).",
+	}, []string{"outcome"})
 	m.RequestDeadlineExceeded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_request_deadline_exceeded_total",
 		Help: "Requests other than watches still running at the request deadline (60 s, kube-apiserver's --request-timeout), by verb: cut there, a slow client's LIST releases what it held.",
@@ -316,7 +323,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, verb := range []string{"get", "list"} {
 		m.RequestDeadlineExceeded.WithLabelValues(verb)
 	}
-	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit, m.APFConfigSynced, m.APFLingering, m.SeatCPU, m.RequestDeadlineExceeded)
+	reg.MustRegister(m.UpstreamResponses, m.ServingCertExpiry, m.MemoryLimit, m.APFConfigSynced, m.APFLingering, m.SeatCPU, m.BulkRequests, m.RequestDeadlineExceeded)
 	reg.MustRegister(m.ShardRequests, m.ShardRequestDuration, m.FleetShardCalls, m.FleetStreamRestarts, m.FleetWatermark, m.FleetShardSeatCPU, m.FleetLatestReadsRefreshed)
 	m.TableErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_table_errors_total",

@@ -70,6 +70,10 @@ type Config struct {
 	// DisablePriorityAndFairness serves without priority and fairness
 	// (--enable-priority-and-fairness=false: measurements without it).
 	DisablePriorityAndFairness bool
+	// BulkRequestNice is the nice value of the threads that run large
+	// LISTs' and watch-lists' work (package bulkthread); 0: the process's
+	// own.
+	BulkRequestNice int
 }
 
 // LoadProfile reads a CacheProfile manifest and applies the defaults the
@@ -185,7 +189,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if !cfg.DisablePriorityAndFairness {
 		learner := seatcpu.New(m.SeatCPU, cfg.Log.WithName("seatcpu"))
 		go learner.Run(ctx)
-		fairness = apf.Run(ctx, authClient, cfg.Spec.ServerConcurrencyLimit, api, learner, m.APFConfigSynced.WithLabelValues(), m.APFLingering, cfg.Log).Filter
+		fairness = apf.Run(ctx, authClient, cfg.Spec.ServerConcurrencyLimit, api, learner, m.APFConfigSynced.WithLabelValues(), m.APFLingering, cfg.BulkRequestNice, cfg.Log).Filter
 	}
 	return serving.Run(ctx, serving.Config{
 		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: authClient, Paths: paths,
