@@ -60,7 +60,7 @@ test: controlplane node-deps test-deps image vet test-race ## Everything CI runs
 # streams, shared waits, HTTP/2 serving — run their unit tests under the
 # race detector too. -short leaves out the longest sequential walks of the
 # fleet's model tests (page by page at a limit of 1), which `test` runs.
-RACE_PKGS := $(addprefix ./cache-server/internal/,store watch gzipchunks auth fleet upstream front shardwire shardserver sharedwait serving seatcpu)
+RACE_PKGS := $(addprefix ./cache-server/internal/,store watch gzipchunks auth fleet upstream front shardwire shardserver sharedwait serving seatcpu bulkthread)
 
 .PHONY: test-race
 test-race: controlplane ## The unit tests of the concurrent packages under the race detector (make test runs it first).
