@@ -316,6 +316,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_bulk_requests_total",
 		Help: "Requests whose bulk work (a LIST of a seat's worth or more: 1,000 objects walked or 1 MiB written; a large watch-list's initial events) ran on a thread of lower priority (--bulk-request-nice), so that short requests get the cores first; by outcome: lowered, or failed (the thread's priority could not be changed, the work ran at the process's own).",
 	}, []string{"outcome"})
+	// Both outcomes from the start: a tier that has served no large
+	// request yet shows 0, not no series (the dashboard's rate).
+	for _, outcome := range []string{"lowered", "failed"} {
+		m.BulkRequests.WithLabelValues(outcome)
+	}
 	m.RequestDeadlineExceeded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cachetier_request_deadline_exceeded_total",
 		Help: "Requests other than watches still running at the request deadline (60 s, kube-apiserver's --request-timeout), by verb: cut there, a slow client's LIST releases what it held.",
