@@ -53,8 +53,9 @@ func Run(nice int, f func()) error {
 			done <- res
 		}()
 		if nice != 0 {
-			if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), nice); err != nil {
-				res.err = fmt.Errorf("nice %d on thread %d: %w", nice, unix.Gettid(), err)
+			tid := unix.Gettid()
+			if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil {
+				res.err = fmt.Errorf("nice %d on thread %d: %w", nice, tid, err)
 			}
 		}
 		f()
@@ -69,8 +70,7 @@ func Run(nice int, f func()) error {
 type niceKey struct{}
 
 // WithBulk marks ctx as a bulk request's, whose work runs at nice (see
-// Nice): what it asks of other processes (a fleet's shard reads) is bulk
-// work too.
+// Nice, Counted).
 func WithBulk(ctx context.Context, nice int) context.Context {
 	return context.WithValue(ctx, niceKey{}, nice)
 }
