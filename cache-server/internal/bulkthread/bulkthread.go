@@ -92,6 +92,10 @@ func Counted(ctx context.Context, requests *prometheus.CounterVec, log logr.Logg
 		f()
 		return
 	}
+	runCounted(nice, requests, log, f)
+}
+
+func runCounted(nice int, requests *prometheus.CounterVec, log logr.Logger, f func()) {
 	if err := Run(nice, f); err != nil {
 		requests.WithLabelValues("failed").Inc()
 		log.V(1).Info("bulk work ran at the process's priority", "err", err.Error())
