@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,10 +156,45 @@ func TestFlood(t *testing.T) {
 		checkProtected(t, ctx, kc, r)
 		checkRejectLog(t, fl.Log)
 		checkMetrics(t, ids, front, cp.PID(fl.Process), &r)
+		checkShardsBulk(t, fl.ShardMetricsURLs)
 		checkMemory(t, "fleet front", cp.PID(fl.Process), &r)
 	})
 	t.Logf("with priority and fairness:    %s; peak RSS %d MiB", withAPF, withAPF.peakRSS>>20)
 	t.Logf("without priority and fairness: %s; peak RSS %d MiB", withoutAPF, withoutAPF.peakRSS>>20)
+}
+
+// bulkRequests reads cachetier_bulk_requests_total by outcome from a
+// /metrics body.
+func bulkRequests(body string) map[string]float64 {
+	bulk := map[string]float64{}
+	for _, line := range strings.Split(body, "\n") {
+		for _, outcome := range []string{"lowered", "failed", "unlowered"} {
+			if v, ok := strings.CutPrefix(line, `cachetier_bulk_requests_total{outcome="`+outcome+`"} `); ok {
+				bulk[outcome], _ = strconv.ParseFloat(v, 64)
+			}
+		}
+	}
+	return bulk
+}
+
+// checkShardsBulk checks that the shards ran their part of the front's
+// bulk LISTs lowered while a Go P stayed free (bulkthread.Slots): with
+// more than one core, some lowered and none failed.
+func checkShardsBulk(t *testing.T, metricsURLs []string) {
+	t.Helper()
+	for _, u := range metricsURLs {
+		resp, err := http.Get(u + "/metrics")
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		bulk := bulkRequests(readAll(resp))
+		resp.Body.Close()
+		t.Logf("shard %s: bulk requests %v", u, bulk)
+		if bulk["lowered"]+bulk["unlowered"] <= 0 || bulk["failed"] > 0 || (runtime.GOMAXPROCS(0) > 1 && bulk["lowered"] <= 0) {
+			t.Errorf("shard %s: bulk requests %v, want the front's bulk LISTs' parts lowered (with more than one core) and none failed", u, bulk)
+		}
+	}
 }
 
 // seed creates the data set.
@@ -520,14 +556,7 @@ func checkMetrics(t *testing.T, ids identities, tgt target, pid int, _ *floodRes
 	// The flooder's full LISTs ran on threads of lower priority (package
 	// bulkthread), every one lowered: CI runs as root, and raising a
 	// thread's nice value needs no privilege anyway.
-	bulk := map[string]float64{}
-	for _, line := range strings.Split(body, "\n") {
-		for _, outcome := range []string{"lowered", "failed"} {
-			if v, ok := strings.CutPrefix(line, `cachetier_bulk_requests_total{outcome="`+outcome+`"} `); ok {
-				bulk[outcome], _ = strconv.ParseFloat(v, 64)
-			}
-		}
-	}
+	bulk := bulkRequests(body)
 	if bulk["lowered"] <= 0 || bulk["failed"] > 0 {
 		t.Errorf("bulk requests on /metrics (pid %d): %v, want some lowered and none failed", pid, bulk)
 	}

@@ -215,6 +215,8 @@ func (s *Source) openAll(ctx context.Context, req store.ListRequest, rv uint64, 
 	q := s.query("rv", strconv.FormatUint(rv, 10), "namespace", req.Namespace, "after", req.StartKeyExclusive,
 		"labelSelector", req.Selector.Label, "fieldSelector", req.Selector.Field)
 	shardwire.SetIndex(q, req.Index, req.ContinueByIndex)
+	// The shards' part of a bulk request runs as low as the front's.
+	shardwire.SetBulkNice(q, req.BulkNice)
 	// The items' content hashes, computed by the shards at ingestion:
 	// the front keys the compressed chunks it keeps by them.
 	q.Set(shardwire.ParamContentHash, shardwire.ContentHashXXH64)

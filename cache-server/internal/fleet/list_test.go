@@ -39,8 +39,9 @@ type listFixture struct {
 	// byRaw finds an object by its stored bytes (StreamItems hands out
 	// only those).
 	byRaw map[string]*store.Object
-	// sent counts the bytes the shards wrote, requests the list calls.
-	sent, requests atomic.Int64
+	// sent counts the bytes the shards wrote, requests the list calls,
+	// bulk the calls that asked for their work lowered (bulkNice).
+	sent, requests, bulk atomic.Int64
 	// compress: the shards that answer in S2 when asked (every other
 	// one: the front reads both).
 	compress map[*store.Store]bool
@@ -125,6 +126,9 @@ func (f *listFixture) serve(w http.ResponseWriter, r *http.Request, st *store.St
 	}
 	f.requests.Add(1)
 	q := r.URL.Query()
+	if nice, err := shardwire.ParseBulkNice(q); err != nil || nice != 0 {
+		f.bulk.Add(1)
+	}
 	var rv, limit uint64
 	fmt.Sscan(q.Get("rv"), &rv)
 	if l := q.Get("limit"); l != "" {
@@ -380,5 +384,31 @@ func TestListCompressed(t *testing.T) {
 	compressed := s2.sent.Load() / 2 // two walks
 	if compressed*2 >= plain.sent.Load() {
 		t.Fatalf("compressed answer %d bytes, plain %d: not compressed", compressed, plain.sent.Load())
+	}
+}
+
+// A bulk request's reads carry its nice value to every shard call —
+// whole lists, pages and the further calls of a page (shardserver runs
+// them lowered while it can) — and no other read carries one.
+func TestBulkNiceReachesTheShards(t *testing.T) {
+	f := newListFixture(t, 3, testObjects(4, 60))
+	for _, nice := range []int{0, 10} {
+		f.requests.Store(0)
+		f.bulk.Store(0)
+		for _, limit := range []int64{0, 25} {
+			if _, err := f.src.List(store.ListRequest{SnapshotRV: listRV, Limit: limit, BulkNice: nice}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := f.src.Scan(store.ListRequest{SnapshotRV: listRV, BulkNice: nice}, func(*store.Object) bool { return true }); err != nil {
+			t.Fatal(err)
+		}
+		want := int64(0)
+		if nice != 0 {
+			want = f.requests.Load()
+		}
+		if got := f.bulk.Load(); got != want || f.requests.Load() < 6 {
+			t.Errorf("nice %d: %d of %d shard calls asked for lowered work, want %d", nice, got, f.requests.Load(), want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
+	"github.com/cachetier/cachetier/cache-server/internal/bulkthread"
 	"github.com/cachetier/cachetier/cache-server/internal/continuetoken"
 	"github.com/cachetier/cachetier/cache-server/internal/keyhash"
 	"github.com/cachetier/cachetier/cache-server/internal/listparams"
@@ -76,6 +77,7 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, res *resource
 		Limit:             limit,
 		Match:             p.Matcher(),
 		Selector:          p.SelectorText(),
+		BulkNice:          bulkthread.Nice(r.Context()),
 	}
 	if p.ContinueKey != "" && p.ContinueRemaining >= 0 && snapshotRV != 0 {
 		req.RemainingAfterStart = &p.ContinueRemaining

@@ -97,6 +97,7 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, res *resourc
 		Namespace:      ns,
 		Match:          p.Matcher(),
 		Selector:       p.SelectorText(),
+		BulkNice:       bulkthread.Nice(r.Context()),
 		Index:          index,
 		AllowBookmarks: p.AllowWatchBookmarks,
 		Deadline:       deadline,

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/cache-server/internal/bulkthread"
 	"github.com/cachetier/cachetier/cache-server/internal/ingest"
 	"github.com/cachetier/cachetier/cache-server/internal/keyhash"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
@@ -85,9 +86,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	learner := seatcpu.New(m.SeatCPU, cfg.Log.WithName("seatcpu"))
 	go learner.Run(ctx)
+	// A shard has no admission of its own: every front's bulk LIST fans
+	// out to it, so it lowers only while a Go P stays free for its short
+	// reads (bulkthread.Slots).
+	bulk := bulkthread.NewSlots(bulkthread.SlotsBesideOneP())
 	return serving.Run(ctx, serving.Config{
 		Listener: cfg.Listener, Certificate: cfg.Certificate, GetCertificate: cfg.GetCertificate, Client: ingested.Client,
-		API: shardserver.New(ingested.Resources, shardwire.HashRange{First: cfg.First, Last: cfg.Last, Total: total}, learner, m, cfg.Log), Registry: reg, Metrics: m,
+		API: shardserver.New(ingested.Resources, shardwire.HashRange{First: cfg.First, Last: cfg.Last, Total: total}, learner, bulk, m, cfg.Log), Registry: reg, Metrics: m,
 		Profiling: cfg.Profiling, Log: cfg.Log,
 		BeforeShutdown: func() {
 			for _, r := range ingested.Resources {

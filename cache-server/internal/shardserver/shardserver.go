@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/cachetier/cachetier/cache-server/internal/bulkthread"
 	"github.com/cachetier/cachetier/cache-server/internal/ingest"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 	"github.com/cachetier/cachetier/cache-server/internal/seatcpu"
@@ -51,12 +52,16 @@ type Server struct {
 	// bufs pools the write buffers of compressed lists (an encoder writes
 	// each block, a few KB, on its own).
 	bufs sync.Pool
+	// bulk lowers the lists of fronts' bulk requests
+	// (shardwire.ParamBulkNice) while it has a slot.
+	bulk *bulkthread.Slots
 }
 
 // New returns the handler of a replica that holds the hash shards holds;
-// seatCPU (which the caller runs) learns from the lists it serves.
-func New(resources []ingest.Resource, holds shardwire.HashRange, seatCPU *seatcpu.Learner, m *metrics.Metrics, log logr.Logger) *Server {
-	s := &Server{resources: map[string]ingest.Resource{}, holds: holds, metrics: m, seatCPU: seatCPU, log: log, pools: shardwire.NewPools(),
+// seatCPU (which the caller runs) learns from the lists it serves; bulk
+// bounds the lists of fronts' bulk requests it runs lowered at once.
+func New(resources []ingest.Resource, holds shardwire.HashRange, seatCPU *seatcpu.Learner, bulk *bulkthread.Slots, m *metrics.Metrics, log logr.Logger) *Server {
+	s := &Server{resources: map[string]ingest.Resource{}, holds: holds, metrics: m, seatCPU: seatCPU, bulk: bulk, log: log, pools: shardwire.NewPools(),
 		bufs: sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 32<<10) }}}
 	for _, r := range resources {
 		s.resources[shardwire.ResourceID(r.Entry.Resource.GVR)] = r
@@ -122,8 +127,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err = apierrors.NewNotFound(schema.GroupResource{Group: "cachetier.io", Resource: "cached-resources"}, id)
 	} else {
 		err = s.synced(r.Context(), res, verb == "watch")
+		nice := 0
+		if err == nil && verb == "list" {
+			nice, err = shardwire.ParseBulkNice(q)
+		}
 		if err == nil {
-			err = serve(r.Context(), out, res, r)
+			s.bulk.Counted(nice, s.metrics.BulkRequests, s.log, func() {
+				err = serve(r.Context(), out, res, r)
+			})
 		}
 	}
 	outcome := "ok"

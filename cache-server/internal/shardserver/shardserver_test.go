@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cachetier/cachetier/cache-server/internal/bulkthread"
 	"github.com/cachetier/cachetier/cache-server/internal/metrics"
 
 	"github.com/cachetier/cachetier/cache-server/internal/shardwire"
@@ -156,7 +157,7 @@ func TestListStoreContentHashes(t *testing.T) {
 // a request that names none (or the right one) reaches the resource.
 func TestRequestsForOtherHashShardsRefused(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	s := New(nil, shardwire.HashRange{First: 2, Last: 3, Total: 4}, nil, metrics.New(reg), logr.Discard())
+	s := New(nil, shardwire.HashRange{First: 2, Last: 3, Total: 4}, nil, bulkthread.NewSlots(1), metrics.New(reg), logr.Discard())
 	for _, c := range []struct {
 		query  string
 		status int

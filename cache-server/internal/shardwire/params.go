@@ -83,3 +83,33 @@ func ParseIndex(q url.Values) (iv store.IndexValue, continueByIndex bool, err er
 	}
 	return store.IndexValue{Field: field[0], Value: value[0]}, continueByIndex, nil
 }
+
+// ParamBulkNice marks a list request as part of a front's bulk request
+// (bulkthread): its value is the nice value at which the front runs that
+// request's work, and the shard runs its part as low when it can
+// (shardserver). Shards run no priority and fairness of their own; the
+// front, which does, decides what is bulk. A shard that does not know
+// the parameter serves the list at its own priority.
+const ParamBulkNice = "bulkNice"
+
+// SetBulkNice adds a bulk request's nice value to a list request's query
+// (nothing for 0: not bulk).
+func SetBulkNice(q url.Values, nice int) {
+	if nice != 0 {
+		q.Set(ParamBulkNice, strconv.Itoa(nice))
+	}
+}
+
+// ParseBulkNice reads what SetBulkNice wrote: 0 when absent, else a nice
+// value from 1 to 19 (anything else is a 400: a front sends no other).
+func ParseBulkNice(q url.Values) (int, error) {
+	v, ok := q[ParamBulkNice]
+	if !ok {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v[0])
+	if len(v) != 1 || err != nil || n < 1 || n > 19 {
+		return 0, apierrors.NewBadRequest(fmt.Sprintf("%s=%q: want one nice value from 1 to 19", ParamBulkNice, v))
+	}
+	return n, nil
+}

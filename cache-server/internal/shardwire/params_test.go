@@ -86,3 +86,25 @@ func FuzzParseIndex(f *testing.F) {
 		}
 	})
 }
+
+func TestBulkNiceParam(t *testing.T) {
+	for _, nice := range []int{0, 1, 10, 19} {
+		q := url.Values{}
+		SetBulkNice(q, nice)
+		if got, err := ParseBulkNice(q); err != nil || got != nice {
+			t.Errorf("nice %d read back as %d, %v", nice, got, err)
+		}
+		if _, sent := q[ParamBulkNice]; sent != (nice != 0) {
+			t.Errorf("nice %d: parameter sent %v", nice, sent)
+		}
+	}
+	for _, raw := range []string{"bulkNice=", "bulkNice=0", "bulkNice=20", "bulkNice=-1", "bulkNice=ten", "bulkNice=5&bulkNice=5"} {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ParseBulkNice(q); !apierrors.IsBadRequest(err) {
+			t.Errorf("%s: %v, want a 400", raw, err)
+		}
+	}
+}

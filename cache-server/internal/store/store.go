@@ -264,6 +264,11 @@ type ListRequest struct {
 	// watch-list of 10k ConfigMaps copied 10 MiB per request). Readers
 	// of stored objects ignore it.
 	Transient bool
+	// BulkNice is the nice value at which the read's request runs its
+	// work (package bulkthread; 0: at the process's own). A reader in
+	// another process (a fleet's shards) is asked to run its part as
+	// low; a reader in this one runs on the caller's thread already.
+	BulkNice int
 }
 
 // IndexValue names an indexed field and the value a request's field

@@ -21,6 +21,9 @@ type Request struct {
 	Match func(*store.Object) bool
 	// Selector is Match as text (store.ListRequest.Selector).
 	Selector store.Selector
+	// BulkNice is passed to the initial events' read
+	// (store.ListRequest.BulkNice).
+	BulkNice int
 	// Index is an equality on an indexed field that Match requires
 	// (listparams.Request.IndexValue); Field "" is none. The watcher then
 	// reads only the events whose old or new object has the value. A
@@ -148,7 +151,7 @@ func (w *Watcher) InitialRaw(fn func(raw []byte, contentHash uint64) bool) error
 }
 
 func (w *Watcher) initial(transient bool, fn func(*store.Object) bool) error {
-	req := store.ListRequest{SnapshotRV: w.SnapshotRV, Namespace: w.req.Namespace, Match: w.req.Match, Selector: w.req.Selector, Transient: transient}
+	req := store.ListRequest{SnapshotRV: w.SnapshotRV, Namespace: w.req.Namespace, Match: w.req.Match, Selector: w.req.Selector, Transient: transient, BulkNice: w.req.BulkNice}
 	if w.post != nil {
 		// Only an index the hub keeps: the store indexes the same
 		// fields (catalog.Entry.FieldIndexes).
