@@ -89,8 +89,8 @@ type Metrics struct {
 	// SeatCPU: kind (list, watch-list); the CPU a seat's worth of read
 	// work takes (package seatcpu), in every role.
 	SeatCPU *prometheus.GaugeVec
-	// BulkRequests: outcome (lowered, failed, unlowered); requests whose bulk work
-	// ran on a thread of lower priority (package bulkthread).
+	// BulkRequests: outcome (lowered, failed, unlowered); requests whose
+	// bulk work ran on a thread of lower priority (package bulkthread).
 	BulkRequests *prometheus.CounterVec
 	// RequestDeadlineExceeded: verb; requests still running at the
 	// request deadline (package deadline), cut there.
