@@ -316,7 +316,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "cachetier_bulk_requests_total",
 		Help: "Requests whose bulk work (a LIST of a seat's worth or more: 1,000 objects walked or 1 MiB written; a large watch-list's initial events) ran on a thread of lower priority (--bulk-request-nice), so that short requests get the cores first; by outcome: lowered, failed (the thread's priority could not be changed, the work ran at the process's own), or unlowered (a fleet shard's part of a front's bulk request, run at the shard's own priority because lowering more would leave no Go P free for its short reads).",
 	}, []string{"outcome"})
-	// Both outcomes from the start: a tier that has served no large
+	// Every outcome from the start: a tier that has served no large
 	// request yet shows 0, not no series (the dashboard's rate).
 	for _, outcome := range []string{"lowered", "failed", "unlowered"} {
 		m.BulkRequests.WithLabelValues(outcome)
