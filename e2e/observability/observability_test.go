@@ -99,9 +99,9 @@ func TestDashboardsAndAlerts(t *testing.T) {
 		t.Fatalf("the freshness alert failed; workload: %s", w)
 	}
 	// With the fleet's RBAC gone, and then the apiserver, no watch-list
-	// completed: wait until Prometheus saw some complete again, or the
-	// watch-list panel's 5 min window would be empty while the shard is
-	// down (a down shard stops them all).
+	// completed and no change reached a watch: wait until Prometheus saw
+	// both again, or the watch-list and delivery panels' 5 min windows
+	// would be empty while the shard is down (a down shard stops both).
 	e.waitWorkloadScraped(t, 3*time.Minute)
 	// ...and while a shard is down.
 	dashboards := func(t *testing.T) {
@@ -176,15 +176,23 @@ func (e *env) checkRulesHealthy(t *testing.T) {
 }
 
 // waitWorkloadScraped waits until Prometheus has scraped the workload's
-// effect on the fronts twice (rates need two samples): LISTs served and
-// watch-lists that reached their initial-events-end bookmark, so the
-// panels have a healthy stretch before the shard is killed.
+// effect on the fronts twice (rates need two samples): LISTs served,
+// watch-lists that reached their initial-events-end bookmark and changes
+// delivered to the long watch, so the panels have a healthy stretch before
+// the shard is killed. The apiserver's cut before it lasts longer than the
+// panels' 5 min window and stops all three; a down shard stops the last two
+// again (the front cannot order a change it has not seen from every
+// shard), so a panel that saw none since the cut shows nothing then. CI
+// once killed the shard 18 s after the shards reached the apiserver again,
+// with watch-lists complete again but no delivery to the reopened long
+// watch scraped yet: the delivery latency panel stayed empty.
 func (e *env) waitWorkloadScraped(t *testing.T, timeout time.Duration) {
 	t.Helper()
 	start := time.Now()
 	exprs := []string{
 		`sum(rate(cachetier_requests_total{verb="list"}[5m])) > 0`,
 		`sum(rate(cachetier_watch_list_initial_events_seconds_count[5m])) > 0`,
+		`sum(rate(cachetier_watch_delivery_seconds_count[5m])) > 0`,
 	}
 	for _, expr := range exprs {
 		e.waitQuery(t, expr, start.Add(timeout), func(s []promapi.Sample) bool { return len(s) > 0 })
