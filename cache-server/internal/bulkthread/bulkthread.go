@@ -26,7 +26,9 @@ package bulkthread
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"runtime"
+	"runtime/debug"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,8 +37,9 @@ import (
 
 // Run runs f on a new OS thread at nice value nice (1 to 19; the
 // thread's own, as setpriority(2) sets it for one thread), and waits for
-// it. A panic in f is raised again in the caller's goroutine
-// (net/http recovers http.ErrAbortHandler there). If the priority cannot
+// it. A panic in f is raised again in the caller's goroutine: as is for
+// http.ErrAbortHandler (net/http recovers it there and ends the response
+// quietly), as a *ThreadPanic for anything else. If the priority cannot
 // be changed f still runs, and the error is returned.
 func Run(nice int, f func()) error {
 	type result struct {
@@ -50,6 +53,9 @@ func Run(nice int, f func()) error {
 		var res result
 		defer func() {
 			res.panicked = recover()
+			if res.panicked != nil && res.panicked != http.ErrAbortHandler {
+				res.panicked = &ThreadPanic{Value: res.panicked, Stack: debug.Stack()}
+			}
 			done <- res
 		}()
 		if nice != 0 {
@@ -65,6 +71,25 @@ func Run(nice int, f func()) error {
 		panic(res.panicked)
 	}
 	return res.err
+}
+
+// ThreadPanic is what Run raises in its caller when f panicked: the value
+// and the stack of the bulk thread where it happened. net/http logs a
+// handler's panic with the stack of the goroutine that raised it last,
+// which here ends in Run, not where the work failed.
+type ThreadPanic struct {
+	Value any
+	Stack []byte
+}
+
+func (p *ThreadPanic) Error() string {
+	return fmt.Sprintf("%v\n\non the bulk request's thread:\n%s", p.Value, p.Stack)
+}
+
+// Unwrap gives the panic's value when it was an error.
+func (p *ThreadPanic) Unwrap() error {
+	err, _ := p.Value.(error)
+	return err
 }
 
 type niceKey struct{}

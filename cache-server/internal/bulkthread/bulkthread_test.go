@@ -78,6 +78,28 @@ func TestRunRaisesPanicInCaller(t *testing.T) {
 	t.Fatal("Run returned after a panic")
 }
 
+// failDeepInBulkWork is a named frame that must appear in the stack the
+// caller's recovery sees.
+func failDeepInBulkWork() { panic(errors.New("index out of step")) }
+
+func TestRunRaisesOtherPanicsWithTheThreadsStack(t *testing.T) {
+	defer func() {
+		p := recover()
+		tp, ok := p.(*ThreadPanic)
+		if !ok {
+			t.Fatalf("recovered %T %v, want *ThreadPanic", p, p)
+		}
+		if err, ok := p.(error); !ok || !strings.Contains(err.Error(), "index out of step") || !strings.Contains(err.Error(), "failDeepInBulkWork") {
+			t.Fatalf("panic value prints %v, want the value and the bulk thread's stack", p)
+		}
+		if inner := errors.Unwrap(tp); inner == nil || inner.Error() != "index out of step" {
+			t.Fatalf("Unwrap = %v, want the panic's error", inner)
+		}
+	}()
+	_ = Run(1, failDeepInBulkWork)
+	t.Fatal("Run returned after a panic")
+}
+
 func TestRunReportsRefusal(t *testing.T) {
 	// A negative increment needs CAP_SYS_NICE; as root it is allowed, so
 	// only an unprivileged run sees the error. Either way f runs.
