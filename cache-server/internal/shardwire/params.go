@@ -107,9 +107,10 @@ func ParseBulkNice(q url.Values) (int, error) {
 	if !ok {
 		return 0, nil
 	}
-	n, err := strconv.Atoi(v[0])
-	if len(v) != 1 || err != nil || n < 1 || n > 19 {
-		return 0, apierrors.NewBadRequest(fmt.Sprintf("%s=%q: want one nice value from 1 to 19", ParamBulkNice, v))
+	if len(v) == 1 {
+		if n, err := strconv.Atoi(v[0]); err == nil && n >= 1 && n <= 19 {
+			return n, nil
+		}
 	}
-	return n, nil
+	return 0, apierrors.NewBadRequest(fmt.Sprintf("%s=%q: want one nice value from 1 to 19", ParamBulkNice, v))
 }

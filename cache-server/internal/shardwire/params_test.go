@@ -107,4 +107,36 @@ func TestBulkNiceParam(t *testing.T) {
 			t.Errorf("%s: %v, want a 400", raw, err)
 		}
 	}
+	// Built in code rather than parsed: a key with no values.
+	if _, err := ParseBulkNice(url.Values{ParamBulkNice: nil}); !apierrors.IsBadRequest(err) {
+		t.Errorf("no values: %v, want a 400", err)
+	}
+}
+
+func FuzzParseBulkNice(f *testing.F) {
+	f.Add("bulkNice=10")
+	f.Add("bulkNice=+7")
+	f.Add("bulkNice=019&bulkNice=1")
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		nice, err := ParseBulkNice(q)
+		if err != nil {
+			if !apierrors.IsBadRequest(err) {
+				t.Fatalf("%q: %v is not a 400", raw, err)
+			}
+			return
+		}
+		if _, sent := q[ParamBulkNice]; sent != (nice != 0) || nice < 0 || nice > 19 {
+			t.Fatalf("%q: read as nice %d", raw, nice)
+		}
+		// What was accepted is what SetBulkNice writes for it.
+		again := url.Values{}
+		SetBulkNice(again, nice)
+		if got, err := ParseBulkNice(again); err != nil || got != nice {
+			t.Fatalf("%q: nice %d, written and read back %d %v", raw, nice, got, err)
+		}
+	})
 }
