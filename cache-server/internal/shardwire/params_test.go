@@ -62,29 +62,18 @@ func TestIndexParamsRejected(t *testing.T) {
 }
 
 func FuzzParseIndex(f *testing.F) {
-	f.Add("index=spec.nodeName&indexValue=n1&continueByIndex=true")
-	f.Add("index=spec.nodeName&indexValue=")
-	f.Add("indexValue=x&continueByIndex=0")
-	f.Fuzz(func(t *testing.T, raw string) {
-		q, err := url.ParseQuery(raw)
-		if err != nil {
-			return
-		}
+	type index struct {
+		iv      store.IndexValue
+		byIndex bool
+	}
+	fuzzParam(f, []string{
+		"index=spec.nodeName&indexValue=n1&continueByIndex=true",
+		"index=spec.nodeName&indexValue=",
+		"indexValue=x&continueByIndex=0",
+	}, func(q url.Values) (index, error) {
 		iv, byIndex, err := ParseIndex(q)
-		if err != nil {
-			if !apierrors.IsBadRequest(err) {
-				t.Fatalf("%q: %v is not a 400", raw, err)
-			}
-			return
-		}
-		// What was accepted is what SetIndex writes for it.
-		again := url.Values{}
-		SetIndex(again, iv, byIndex)
-		iv2, byIndex2, err := ParseIndex(again)
-		if err != nil || iv2 != iv || byIndex2 != byIndex {
-			t.Fatalf("%q: %+v %v, written and read back %+v %v %v", raw, iv, byIndex, iv2, byIndex2, err)
-		}
-	})
+		return index{iv, byIndex}, err
+	}, func(q url.Values, x index) { SetIndex(q, x.iv, x.byIndex) }, nil)
 }
 
 func TestBulkNiceParam(t *testing.T) {
@@ -114,29 +103,40 @@ func TestBulkNiceParam(t *testing.T) {
 }
 
 func FuzzParseBulkNice(f *testing.F) {
-	f.Add("bulkNice=10")
-	f.Add("bulkNice=+7")
-	f.Add("bulkNice=019&bulkNice=1")
+	fuzzParam(f, []string{"bulkNice=10", "bulkNice=+7", "bulkNice=019&bulkNice=1"}, ParseBulkNice, SetBulkNice,
+		func(t *testing.T, q url.Values, nice int) {
+			if _, sent := q[ParamBulkNice]; sent != (nice != 0) || nice < 0 || nice > 19 {
+				t.Fatalf("%v: read as nice %d", q, nice)
+			}
+		})
+}
+
+// fuzzParam fuzzes the parser of a shard request's query parameters:
+// what it refuses it refuses with a 400, and what it accepts (checked by
+// check, if given) set writes so that parse reads it back the same.
+func fuzzParam[T comparable](f *testing.F, seeds []string, parse func(url.Values) (T, error), set func(url.Values, T), check func(*testing.T, url.Values, T)) {
+	for _, s := range seeds {
+		f.Add(s)
+	}
 	f.Fuzz(func(t *testing.T, raw string) {
 		q, err := url.ParseQuery(raw)
 		if err != nil {
 			return
 		}
-		nice, err := ParseBulkNice(q)
+		v, err := parse(q)
 		if err != nil {
 			if !apierrors.IsBadRequest(err) {
 				t.Fatalf("%q: %v is not a 400", raw, err)
 			}
 			return
 		}
-		if _, sent := q[ParamBulkNice]; sent != (nice != 0) || nice < 0 || nice > 19 {
-			t.Fatalf("%q: read as nice %d", raw, nice)
+		if check != nil {
+			check(t, q, v)
 		}
-		// What was accepted is what SetBulkNice writes for it.
 		again := url.Values{}
-		SetBulkNice(again, nice)
-		if got, err := ParseBulkNice(again); err != nil || got != nice {
-			t.Fatalf("%q: nice %d, written and read back %d %v", raw, nice, got, err)
+		set(again, v)
+		if v2, err := parse(again); err != nil || v2 != v {
+			t.Fatalf("%q: %+v, written and read back %+v %v", raw, v, v2, err)
 		}
 	})
 }
