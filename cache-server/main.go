@@ -33,6 +33,7 @@ import (
 	"github.com/cachetier/cachetier/cache-server/internal/encoding"
 	"github.com/cachetier/cachetier/cache-server/internal/fleet"
 	"github.com/cachetier/cachetier/cache-server/internal/frontrole"
+	"github.com/cachetier/cachetier/cache-server/internal/gomaxprocs"
 	"github.com/cachetier/cachetier/cache-server/internal/gzipchunks"
 	"github.com/cachetier/cachetier/cache-server/internal/serving"
 	"github.com/cachetier/cachetier/cache-server/internal/servingcert"
@@ -117,6 +118,8 @@ func (c *common) setUp(args []string, requireCert bool) error {
 		debug.SetGCPercent(defaultGCPercent)
 	}
 	c.log = logr.Logger(funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: *c.verbosity}))
+	cpus, procs, raised := gomaxprocs.Raise(os.LookupEnv)
+	c.log.Info("Go Ps", "cpus", cpus, "gomaxprocs", procs, "fromEnvironment", !raised)
 	var err error
 	if c.profile, err = standalone.LoadProfile(*c.profilePath); err != nil {
 		return err

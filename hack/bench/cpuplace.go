@@ -95,9 +95,11 @@ func cpuList(set *unix.CPUSet) string {
 }
 
 // place pins every process the bench started to the rest, then the
-// server's to the server CPUs. A Go process notices (GOMAXPROCS follows
-// its CPUs since Go 1.25), so a server of one CPU runs one P, as in a pod
-// with that CPU.
+// server's to the server CPUs. kube-apiserver and etcd notice (GOMAXPROCS
+// follows a Go process's CPUs since Go 1.25), so on one CPU they run one P,
+// as in a pod with that CPU. A tier process does not: it sets its Ps at
+// start, two per CPU it had then (package gomaxprocs), and keeps them, as
+// it keeps the seats it sized then.
 func (p *cpuPlacement) place(serverPIDs []int) error {
 	if err := pinBench(&p.rest); err != nil {
 		return err

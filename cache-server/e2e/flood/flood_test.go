@@ -40,6 +40,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/cachetier/cachetier/api/v1alpha1"
+	"github.com/cachetier/cachetier/cache-server/internal/gomaxprocs"
 	"github.com/cachetier/cachetier/cache-server/internal/seatcpu"
 	"github.com/cachetier/cachetier/controllers"
 	"github.com/cachetier/cachetier/hack/controlplane"
@@ -157,6 +158,12 @@ func TestFlood(t *testing.T) {
 		checkRejectLog(t, fl.Log)
 		checkMetrics(t, ids, front, cp.PID(fl.Process), &r)
 		checkShardsBulk(t, fl.ShardMetricsURLs)
+		if resp, err := http.Get(fl.FrontMetricsURL + "/metrics"); err != nil {
+			t.Error(err)
+		} else {
+			checkProcs(t, "front", readAll(resp))
+			resp.Body.Close()
+		}
 		checkMemory(t, "fleet front", cp.PID(fl.Process), &r)
 	})
 	t.Logf("with priority and fairness:    %s; peak RSS %d MiB", withAPF, withAPF.peakRSS>>20)
@@ -188,13 +195,36 @@ func checkShardsBulk(t *testing.T, metricsURLs []string) {
 			t.Error(err)
 			continue
 		}
-		bulk := bulkRequests(readAll(resp))
+		body := readAll(resp)
 		resp.Body.Close()
+		checkProcs(t, "shard "+u, body)
+		bulk := bulkRequests(body)
 		t.Logf("shard %s: bulk requests %v", u, bulk)
 		if bulk["lowered"]+bulk["unlowered"] <= 0 || bulk["failed"] > 0 || (runtime.GOMAXPROCS(0) > 1 && bulk["lowered"] <= 0) {
 			t.Errorf("shard %s: bulk requests %v, want the front's bulk LISTs' parts lowered (with more than one core) and none failed", u, bulk)
 		}
 	}
+}
+
+// checkProcs checks from a process's /metrics body that it runs two Go Ps
+// per CPU (package gomaxprocs): the spare Ps let a lowered bulk thread's
+// P-holding not keep small requests waiting. The tier processes run on
+// this test's CPUs and inherit its environment.
+func checkProcs(t *testing.T, name, body string) {
+	t.Helper()
+	want := gomaxprocs.For(runtime.GOMAXPROCS(0))
+	if _, set := os.LookupEnv("GOMAXPROCS"); set {
+		want = runtime.GOMAXPROCS(0)
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, "go_sched_gomaxprocs_threads "); ok {
+			if got, err := strconv.ParseFloat(v, 64); err != nil || int(got) != want {
+				t.Errorf("%s: go_sched_gomaxprocs_threads %s, want %d", name, v, want)
+			}
+			return
+		}
+	}
+	t.Errorf("%s: no go_sched_gomaxprocs_threads in /metrics", name)
 }
 
 // seed creates the data set.

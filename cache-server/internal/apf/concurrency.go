@@ -29,17 +29,18 @@ const (
 
 // ServerConcurrencyLimit is the profile's setting when set, else
 // SeatsPerCore per core of Cores, at least MinServerConcurrencyLimit.
-func ServerConcurrencyLimit(spec *int32, cpuLimit float64, hasLimit bool, gomaxprocs int) int {
+func ServerConcurrencyLimit(spec *int32, cpuLimit float64, hasLimit bool, cpus int) int {
 	if spec != nil && *spec > 0 {
 		return int(*spec)
 	}
-	return max(MinServerConcurrencyLimit, int(math.Ceil(Cores(cpuLimit, hasLimit, gomaxprocs)*SeatsPerCore)))
+	return max(MinServerConcurrencyLimit, int(math.Ceil(Cores(cpuLimit, hasLimit, cpus)*SeatsPerCore)))
 }
 
 // Cores is the CPU the server's seats stand for: the container's CPU
-// limit (cpuLimit cores when hasLimit) or GOMAXPROCS, whichever is lower.
-func Cores(cpuLimit float64, hasLimit bool, gomaxprocs int) float64 {
-	cores := float64(max(gomaxprocs, 1))
+// limit (cpuLimit cores when hasLimit) or cpus, the CPUs the process can
+// run on at once (ProcessConcurrencyLimit), whichever is lower.
+func Cores(cpuLimit float64, hasLimit bool, cpus int) float64 {
+	cores := float64(max(cpus, 1))
 	if hasLimit && cpuLimit > 0 && cpuLimit < cores {
 		cores = cpuLimit
 	}
@@ -55,6 +56,8 @@ const cgroupRoot = "/sys/fs/cgroup"
 func ProcessConcurrencyLimit(spec *int32) (limit int, cores float64, err error) {
 	cpu, ok, err := cpulimit.Read(cgroupRoot)
 	hasLimit := ok && err == nil
-	gomaxprocs := runtime.GOMAXPROCS(0)
-	return ServerConcurrencyLimit(spec, cpu, hasLimit, gomaxprocs), Cores(cpu, hasLimit, gomaxprocs), err
+	// The CPUs it can run on at once: GOMAXPROCS, but not the spare Ps
+	// the tier runs beyond its CPUs (package gomaxprocs).
+	cpus := min(runtime.GOMAXPROCS(0), runtime.NumCPU())
+	return ServerConcurrencyLimit(spec, cpu, hasLimit, cpus), Cores(cpu, hasLimit, cpus), err
 }
