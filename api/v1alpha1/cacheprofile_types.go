@@ -231,9 +231,9 @@ type CacheProfileSpec struct {
 	// --max-requests-inflight plus --max-mutating-requests-inflight are to
 	// it. The tier classifies, queues and rejects (429 with Retry-After)
 	// by the cluster's own FlowSchemas and PriorityLevelConfigurations.
-	// Unset: 50 seats per CPU core of the container's CPU limit (of
-	// GOMAXPROCS when it has none), at least 20. Changing it restarts the
-	// fronts only.
+	// Unset: 50 seats per CPU core of the container's CPU limit (of the
+	// CPUs it may run on when it has none), at least 20. Changing it
+	// restarts the fronts only.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000
 	// +optional
