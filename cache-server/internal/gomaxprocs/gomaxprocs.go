@@ -34,7 +34,8 @@ func For(cpus int) int { return max(cpus, 1) * PerCPU }
 
 // Raise sets GOMAXPROCS to For(the runtime's default) unless the
 // environment sets GOMAXPROCS (lookupEnv is os.LookupEnv), and returns
-// the CPUs and the Ps the process runs with. Setting it stops Go from
+// the CPUs and the Ps the process runs with (both the environment's
+// value when it sets GOMAXPROCS: Go then runs that many). Setting it stops Go from
 // following a later change of the CPU limit (an in-place pod resize), as
 // the seats, sized once at start, do not follow it either.
 func Raise(lookupEnv func(string) (string, bool)) (cpus, procs int, raised bool) {
