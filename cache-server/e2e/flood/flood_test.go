@@ -158,11 +158,8 @@ func TestFlood(t *testing.T) {
 		checkRejectLog(t, fl.Log)
 		checkMetrics(t, ids, front, cp.PID(fl.Process), &r)
 		checkShardsBulk(t, fl.ShardMetricsURLs)
-		if resp, err := http.Get(fl.FrontMetricsURL + "/metrics"); err != nil {
-			t.Error(err)
-		} else {
-			checkProcs(t, "front", readAll(resp))
-			resp.Body.Close()
+		if body, ok := metricsBody(t, fl.FrontMetricsURL); ok {
+			checkProcs(t, "front", body)
 		}
 		checkMemory(t, "fleet front", cp.PID(fl.Process), &r)
 	})
@@ -190,13 +187,10 @@ func bulkRequests(body string) map[string]float64 {
 func checkShardsBulk(t *testing.T, metricsURLs []string) {
 	t.Helper()
 	for _, u := range metricsURLs {
-		resp, err := http.Get(u + "/metrics")
-		if err != nil {
-			t.Error(err)
+		body, ok := metricsBody(t, u)
+		if !ok {
 			continue
 		}
-		body := readAll(resp)
-		resp.Body.Close()
 		checkProcs(t, "shard "+u, body)
 		bulk := bulkRequests(body)
 		t.Logf("shard %s: bulk requests %v", u, bulk)
@@ -204,6 +198,23 @@ func checkShardsBulk(t *testing.T, metricsURLs []string) {
 			t.Errorf("shard %s: bulk requests %v, want the front's bulk LISTs' parts lowered (with more than one core) and none failed", u, bulk)
 		}
 	}
+}
+
+// metricsBody reads a fleet process's /metrics from its plain metrics
+// listener at url (what Prometheus scrapes; no client certificate).
+func metricsBody(t *testing.T, url string) (string, bool) {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Error(err)
+		return "", false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("%s/metrics: %s", url, resp.Status)
+		return "", false
+	}
+	return readAll(resp), true
 }
 
 // checkProcs checks from a process's /metrics body that it runs two Go Ps
