@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -476,18 +475,21 @@ func TestConnCacheRealTLS(t *testing.T) {
 	clientVerifies, frontProxyVerifies := newCountingCA(t, clientCA), newCountingCA(t, frontProxyCA)
 	authn, rh := delegatingAuthenticator(t, clientVerifies, frontProxyVerifies)
 
+	// The connection each request came on, by its client address: the
+	// connections that carried requests, not every TLS connection the
+	// server accepted (an HTTP/2 client may dial one it then closes
+	// unused, when it finds its pooled connection usable after all).
+	var connsMu sync.Mutex
+	var reqConns []string
 	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		connsMu.Lock()
+		reqConns = append(reqConns, r.RemoteAddr)
+		connsMu.Unlock()
 		u, _ := request.UserFrom(r.Context())
 		fmt.Fprintf(w, "%s %v remote-user=%q", u.GetName(), u.GetGroups(), r.Header.Get("X-Remote-User"))
 	})
 	failed := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "unauthorized", http.StatusUnauthorized) })
 	srv := httptest.NewUnstartedServer(genericfilters.WithAuthentication(echo, authn, failed, nil, rh))
-	var conns atomic.Int64
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
 	srv.Config.ConnContext = ConnContext
 	srv.EnableHTTP2 = true
 	srv.TLS = &tls.Config{ClientAuth: tls.RequestClientCert}
@@ -548,8 +550,13 @@ func TestConnCacheRealTLS(t *testing.T) {
 		}
 	}
 	wantVerifies(2, 4)
-	if n := conns.Load(); n != 3 {
-		t.Fatalf("%d connections, want 3 (2 direct, 1 proxy)", n)
+	connsMu.Lock()
+	defer connsMu.Unlock()
+	// Requests 0–1 direct on one connection, 2 direct on a new one, 3–6
+	// the proxy's on a third.
+	if c := reqConns; len(c) != 7 || c[1] != c[0] || c[2] == c[0] ||
+		c[4] != c[3] || c[5] != c[3] || c[6] != c[3] || c[3] == c[0] || c[3] == c[2] {
+		t.Fatalf("the requests' connections %v, want 2 direct on one, 1 direct on another, 4 proxied on a third", c)
 	}
 }
 
